@@ -1,0 +1,178 @@
+"""Every setting of ga3c, as UPPER_CASE class attributes: the file a user edits.
+
+The first 45 settings are the original GA3C's, with its defaults, in its sections. Settings the original lacked
+are marked "(new)". Values are overridden, later ones winning, by `--config FILE.toml` and by `KEY=VALUE`
+arguments (see `ga3c/settings.py`), and every value is checked before anything starts.
+"""
+
+
+class Config:
+    #########################################################################
+    # Game configuration
+
+    # Name of the game: any gymnasium id. The original's ids (PongDeterministic-v0, BreakoutDeterministic-v4, ...)
+    # map to today's ALE/<Game>-v5 with frameskip 4 and no sticky actions.
+    ATARI_GAME = 'PongDeterministic-v0'
+
+    # Enable to see the trained agent in action (greedy actions, one agent, no training, no saving)
+    PLAY_MODE = False
+    # Enable to train
+    TRAIN_MODELS = True
+    # Load the latest (or LOAD_EPISODE's) checkpoint and resume from it
+    LOAD_CHECKPOINT = False
+    # Episode of the checkpoint to load; 0 = the latest one
+    LOAD_EPISODE = 0
+    # (new) Emulator frames per agent step, for ALE games (the original's "Deterministic" ids meant 4)
+    FRAMESKIP = 4
+    # (new) Sticky-action probability for ALE games (0 = deterministic, as the original's ids; ALE v5 uses 0.25)
+    REPEAT_ACTION_PROBABILITY = 0.0
+    # (new) Seed of every environment and of the model's initialisation; agent i's envs use SEED + offsets
+    SEED = 0
+
+    #########################################################################
+    # Number of agents, predictors, trainers and other system settings
+
+    # If the dynamic configuration is on, these are the initial values.
+    # Number of agent processes
+    AGENTS = 32
+    # Number of predictor threads
+    PREDICTORS = 2
+    # Number of trainer threads
+    TRAINERS = 2
+
+    # Device for the model: 'gpu:0'/'cpu:0' (the original's form) or torch's 'cuda:0'/'cpu'; no GPU -> CPU
+    DEVICE = 'gpu:0'
+
+    # Enable the dynamic adjustment of trainers, predictors and agents (hill-climbing on trained samples/s)
+    DYNAMIC_SETTINGS = True
+    # Seconds each dynamic-adjustment window measures
+    DYNAMIC_SETTINGS_STEP_WAIT = 20
+    # Seconds before the dynamic adjustment starts
+    DYNAMIC_SETTINGS_INITIAL_WAIT = 10
+
+    # (new) Environments stepped by each agent process; its states travel to the predictors together
+    ENVS_PER_AGENT = 1
+    # (new) Upper bound on agent processes (shared memory is sized for it; dynamic adjustment stays below it)
+    MAX_AGENTS = 128
+    # (new) Upper bound on predictor and on trainer threads for the dynamic adjustment
+    MAX_PREDICTORS = 8
+    MAX_TRAINERS = 8
+    # (new) Threads torch may use for one operation in the main process; 0 = let torch choose
+    TORCH_THREADS = 0
+    # (new) Arithmetic of the model: 'fp32' (faithful) or 'bf16' (autocast, faster on recent CPUs and GPUs)
+    PRECISION = 'fp32'
+
+    #########################################################################
+    # Algorithm parameters
+
+    # Discount factor
+    DISCOUNT = 0.99
+
+    # Tmax: steps of experience an agent gathers before it sends them to the trainers
+    TIME_MAX = 5
+
+    # Reward clipping
+    REWARD_MIN = -1
+    REWARD_MAX = 1
+
+    # Max size of the queue
+    MAX_QUEUE_SIZE = 100
+    # Largest batch a predictor serves at once
+    PREDICTION_BATCH_SIZE = 128
+
+    # Input of the DNN
+    STACKED_FRAMES = 4
+    IMAGE_WIDTH = 84
+    IMAGE_HEIGHT = 84
+    # (new) Resize interpolation of Atari frames: 'linear' (the original's bilinear, fast) or 'area'
+    RESIZE_INTERPOLATION = 'linear'
+
+    # Total number of episodes and annealing frequency
+    EPISODES = 400000
+    ANNEALING_EPISODE_COUNT = 400000
+    # (new) Stop after this many agent steps (0 = no limit)
+    MAX_STEPS = 0
+    # (new) Stop after this many seconds of training (0 = no limit)
+    MAX_SECONDS = 0
+
+    # Entropy regularization hyper-parameter
+    BETA_START = 0.01
+    BETA_END = 0.01
+
+    # Learning rate
+    LEARNING_RATE_START = 0.0003
+    LEARNING_RATE_END = 0.0003
+
+    # RMSProp parameters (TensorFlow's RMSProp: epsilon inside the square root, mean square starting at 1)
+    RMSPROP_DECAY = 0.99
+    RMSPROP_MOMENTUM = 0.0
+    RMSPROP_EPSILON = 0.1
+
+    # Dual RMSProp: one optimizer for the policy loss and one for the value loss, instead of one on their sum
+    DUAL_RMSPROP = False
+
+    # Gradient clipping by global norm
+    USE_GRAD_CLIP = False
+    GRAD_CLIP_NORM = 40.0
+    # Epsilon inside the log of the policy: log(pi + LOG_EPSILON)
+    LOG_EPSILON = 1e-6
+    # Training starts once the gathered batch is larger than this
+    TRAINING_MIN_BATCH_SIZE = 0
+
+    # (new) Correction of the policy lag: 'none' (the faithful algorithm) or 'vtrace' (IMPALA)
+    POLICY_LAG_CORRECTION = 'none'
+    # (new) V-trace clipping thresholds (rho-bar and c-bar)
+    VTRACE_RHO = 1.0
+    VTRACE_C = 1.0
+    # (new) Experience older than this many updates is dropped and counted (0 = keep all)
+    MAX_POLICY_LAG = 0
+    # (new) Width of the hidden layers of the MLP used for vector observations (CartPole, Acrobot, ...)
+    MLP_HIDDEN_SIZE = 128
+
+    #########################################################################
+    # Log and save
+
+    # Enable TensorBoard
+    TENSORBOARD = False
+    # Update TensorBoard every X training steps
+    TENSORBOARD_UPDATE_FREQUENCY = 1000
+
+    # Enable to save models every SAVE_FREQUENCY episodes
+    SAVE_MODELS = True
+    # Save every SAVE_FREQUENCY episodes
+    SAVE_FREQUENCY = 1000
+
+    # Print stats every PRINT_STATS_FREQUENCY episodes
+    PRINT_STATS_FREQUENCY = 1
+    # The window to average stats
+    STAT_ROLLING_MEAN_WINDOW = 1000
+
+    # Results filename
+    RESULTS_FILENAME = 'results.txt'
+    # Network checkpoint name
+    NETWORK_NAME = 'network'
+    # (new) Folder of the checkpoints
+    CHECKPOINT_DIR = 'checkpoints'
+    # (new) Folder of the TensorBoard event files
+    LOG_DIR = 'logs'
+
+    #########################################################################
+    # Play mode (new)
+
+    # Episodes played by _play.sh
+    PLAY_EPISODES = 5
+    # Sample actions from the policy instead of taking the argmax
+    PLAY_STOCHASTIC = False
+    # Random number (0..N) of no-op actions at the start of each played episode
+    PLAY_NOOP_MAX = 30
+    # Record the played episodes to this MP4 file ('' = show a window when there is a display, else record to
+    # play.mp4)
+    VIDEO_PATH = ''
+
+    #########################################################################
+    # More experimental parameters here
+
+    # Minimum policy: mixes a uniform floor into the softmax
+    MIN_POLICY = 0.0
+    # Use log_softmax() instead of log(softmax())
+    USE_LOG_SOFTMAX = False
