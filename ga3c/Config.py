@@ -72,8 +72,8 @@ class Config:
     TIME_MAX = 5
 
     # Reward clipping
-    REWARD_MIN = -1
-    REWARD_MAX = 1
+    REWARD_MIN = -1.0
+    REWARD_MAX = 1.0
 
     # Max size of the queue
     MAX_QUEUE_SIZE = 100

@@ -1,0 +1,25 @@
+"""Entry point: `python -m ga3c [--config FILE.toml] [KEY=VALUE ...]`, as the original's GA3C.py."""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+from ga3c.errors import ConfigError
+from ga3c.settings import parse_settings
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="[%(asctime)s] %(message)s", datefmt="%H:%M:%S")
+    try:
+        cfg = parse_settings(sys.argv[1:] if argv is None else argv)
+        if cfg.PLAY_MODE:
+            from ga3c.Player import Player
+
+            return Player(cfg).run()
+        from ga3c.Server import Server
+
+        return Server(cfg).main()
+    except ConfigError as exc:
+        print(f"ga3c: error: {exc}", file=sys.stderr)
+        return 2

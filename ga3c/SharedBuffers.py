@@ -1,0 +1,148 @@
+"""Shared-memory transport between the agent processes and the predictor/trainer threads.
+
+States and experience live in shared arrays; only small fixed-size records travel through OS pipes:
+- prediction requests: one pipe shared by every agent; an agent writes its 4-byte id (atomic, below PIPE_BUF)
+  after writing its states into its observation slot; a predictor reads up to a batch of ids in one read();
+- prediction replies: the predictor writes policy, value and model version into the agent's reply arrays, then
+  one byte into the agent's own reply pipe;
+- experience: each agent owns EXPERIENCE_SLOTS rollout slots; it fills one, marks it busy and writes a 12-byte
+  record (agent, slot, steps) into the experience pipe shared by every agent; a trainer copies the slot out and
+  clears the busy flag.
+
+Measured on the 2-core CI machine (scripts/bench_transport.py, round trip of a 4x84x84 uint8 state request
+plus reply, one agent, median of 3):
+    mp.Queue with a pickled float32 state (the original)          ~272 us
+    mp.Queue with an index, state in shared memory                 ~130 us
+    raw pipe: 4-byte id + 1-byte reply, state in shared memory     see scripts/bench_transport.py
+The raw pipe needs no feeder thread and no pickling, and a predictor drains a whole batch of ids in one
+system call, so it is what ga3c uses.
+
+The arrays are `multiprocessing.RawArray`s: their backing files are unlinked as soon as they are created, so
+no segment is ever left behind in /dev/shm, whatever way the processes end.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import struct
+from dataclasses import dataclass
+
+import numpy as np
+
+from ga3c.errors import ConfigError
+
+# Rollout slots per agent: one being filled while the trainers copy the other.
+EXPERIENCE_SLOTS = 2
+
+REQUEST = struct.Struct("<i")
+EXPERIENCE = struct.Struct("<iii")
+
+# Indices of the shared float64 counters.
+C_EPISODES = 0  # episodes finished (the stats process counts them)
+C_PREDICTIONS = 1  # states predicted
+C_PREDICT_BATCHES = 2  # forward passes run by the predictors
+C_UPDATES = 3  # training updates applied
+C_TRAINED = 4  # transitions trained on
+C_DROPPED = 5  # transitions dropped as too old (MAX_POLICY_LAG)
+C_LAG_SUM = 6  # sum over trained transitions of (version at training - version that acted)
+C_LAG_MAX = 7  # largest policy lag seen
+C_NT = 8
+C_NP = 9
+C_NA = 10
+C_STEPS_BASE = 11  # agent steps done before this run (resume)
+C_TRAIN_BATCHES = 12  # trainer batches (for the mean training batch)
+C_EPISODES_BASE = 13  # episodes done before this run (resume)
+N_COUNTERS = 16
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Shapes of the shared arrays, derived from the settings and the environment."""
+
+    max_agents: int
+    envs: int
+    time_max: int
+    state_shape: tuple
+    state_dtype: str
+    num_actions: int
+
+    @property
+    def slots(self) -> int:
+        return self.max_agents * EXPERIENCE_SLOTS
+
+    def nbytes(self) -> int:
+        """Bytes of shared memory the layout needs."""
+        item = np.dtype(self.state_dtype).itemsize * int(np.prod(self.state_shape))
+        per_agent = self.envs * item + self.envs * (self.num_actions + 1) * 4 + 16
+        per_slot = (self.time_max + 1) * self.envs * item + self.time_max * self.envs * (8 + 4 * 4 + 8 + 2) + 8
+        return self.max_agents * per_agent + self.slots * per_slot + N_COUNTERS * 8
+
+
+def _shared(ctx, shape: tuple, dtype) -> tuple[object, np.ndarray]:
+    dtype = np.dtype(dtype)
+    count = int(np.prod(shape)) * dtype.itemsize
+    raw = ctx.RawArray("B", max(count, 1))
+    return raw, np.frombuffer(raw, dtype=np.uint8, count=count).view(dtype).reshape(shape)
+
+
+class SharedBuffers:
+    """The shared arrays. Created in the main process and handed to every agent at its start (spawn-safe)."""
+
+    NAMES = (
+        "obs", "policy", "value", "version", "agent_steps", "stop",
+        "exp_states", "exp_actions", "exp_returns", "exp_rewards", "exp_done", "exp_logp", "exp_version",
+        "exp_busy", "counters",
+    )
+
+    def __init__(self, ctx, layout: Layout) -> None:
+        self.layout = layout
+        free = shutil.disk_usage("/dev/shm").free if os.path.isdir("/dev/shm") else None
+        need = layout.nbytes()
+        if free is not None and need > free * 0.9:
+            raise ConfigError(
+                f"the shared memory for MAX_AGENTS={layout.max_agents} x ENVS_PER_AGENT={layout.envs} needs "
+                f"{need / 2**20:.0f} MiB but /dev/shm has {free / 2**20:.0f} MiB free; lower MAX_AGENTS, "
+                f"ENVS_PER_AGENT or TIME_MAX")
+        a, e, t, s = layout.max_agents, layout.envs, layout.time_max, tuple(layout.state_shape)
+        n = layout.slots
+        shapes = {
+            "obs": ((a, e) + s, layout.state_dtype),
+            "policy": ((a, e, layout.num_actions), np.float32),
+            "value": ((a, e), np.float32),
+            "version": ((a,), np.int64),
+            "agent_steps": ((a,), np.int64),
+            "stop": ((a,), np.uint8),
+            # slot states: T steps plus the bootstrap state after them (V-trace needs it)
+            "exp_states": ((n, t + 1, e) + s, layout.state_dtype),
+            "exp_actions": ((n, t, e), np.int64),
+            "exp_returns": ((n, t, e), np.float32),
+            "exp_rewards": ((n, t, e), np.float32),
+            "exp_done": ((n, t, e), np.uint8),
+            "exp_logp": ((n, t, e), np.float32),
+            "exp_version": ((n, t, e), np.int64),
+            "exp_busy": ((n,), np.uint8),
+            "counters": ((N_COUNTERS,), np.float64),
+        }
+        self._raw = {}
+        for name in self.NAMES:
+            shape, dtype = shapes[name]
+            self._raw[name], array = _shared(ctx, shape, dtype)
+            setattr(self, name, array)
+        self._shapes = shapes
+
+    def __getstate__(self) -> dict:
+        return {"layout": self.layout, "_raw": self._raw, "_shapes": self._shapes}
+
+    def __setstate__(self, state: dict) -> None:
+        self.layout = state["layout"]
+        self._raw = state["_raw"]
+        self._shapes = state["_shapes"]
+        for name in self.NAMES:
+            shape, dtype = self._shapes[name]
+            dtype = np.dtype(dtype)
+            count = int(np.prod(shape)) * dtype.itemsize
+            setattr(self, name, np.frombuffer(self._raw[name], dtype=np.uint8, count=count).view(dtype).reshape(shape))
+
+    def slot(self, agent_id: int, k: int) -> int:
+        return agent_id * EXPERIENCE_SLOTS + k

@@ -1,0 +1,71 @@
+"""ThreadDynamicAdjustment: creates the initial components, then hill-climbs (trainers, predictors, agents).
+
+As the original: after DYNAMIC_SETTINGS_INITIAL_WAIT, draw a change of -1/0/+1 for each count, apply it, measure,
+and go back if it did worse. Unlike the original, both settings are measured over equal windows of
+DYNAMIC_SETTINGS_STEP_WAIT seconds (after a short settling time), a setting it returns to is measured again
+instead of trusting an old figure, and the objective is trained samples per second (the work that counts),
+not training updates (whose size varies with the batch).
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from ga3c import SharedBuffers as sb
+
+
+class ThreadDynamicAdjustment(threading.Thread):
+    def __init__(self, server) -> None:
+        super().__init__(name="dynamic-adjustment", daemon=True)
+        self.server = server
+        cfg = server.cfg
+        self.rng = np.random.default_rng(cfg.SEED + 7)
+        self.stop_event = threading.Event()
+        self.limits = (cfg.MAX_TRAINERS, cfg.MAX_PREDICTORS, cfg.MAX_AGENTS)
+        server.set_counts(cfg.TRAINERS, cfg.PREDICTORS, cfg.AGENTS)
+
+    def stop(self) -> None:
+        self.stop_event.set()
+
+    def measure(self) -> float | None:
+        """Trained samples per second over one window after settling; None when stopped meanwhile."""
+        cfg = self.server.cfg
+        settle = min(3.0, cfg.DYNAMIC_SETTINGS_STEP_WAIT / 4)
+        if self.stop_event.wait(settle):
+            return None
+        c = self.server.shared.counters
+        before = c[sb.C_TRAINED]
+        if self.stop_event.wait(cfg.DYNAMIC_SETTINGS_STEP_WAIT):
+            return None
+        return (c[sb.C_TRAINED] - before) / cfg.DYNAMIC_SETTINGS_STEP_WAIT
+
+    def propose(self, current: tuple[int, int, int]) -> tuple[int, int, int]:
+        """A neighbour of `current`: each count moved by -1, 0 or +1 within [1, limit], not all unchanged."""
+        while True:
+            step = self.rng.integers(-1, 2, size=3)
+            candidate = tuple(int(min(max(v + d, 1), hi)) for v, d, hi in zip(current, step, self.limits))
+            if candidate != current:
+                return candidate
+
+    def run(self) -> None:
+        srv = self.server
+        try:
+            if not srv.cfg.DYNAMIC_SETTINGS or self.stop_event.wait(srv.cfg.DYNAMIC_SETTINGS_INITIAL_WAIT):
+                return
+            current = srv.counts()
+            score = self.measure()
+            while score is not None:
+                candidate = self.propose(current)
+                srv.set_counts(*candidate)
+                trial = self.measure()
+                if trial is None:
+                    return
+                if trial > score:
+                    current, score = candidate, trial
+                else:
+                    srv.set_counts(*current)
+                    score = self.measure()
+        except BaseException as exc:  # noqa: BLE001 - reported to the server, which stops the run cleanly
+            srv.component_failed(self.name, exc)

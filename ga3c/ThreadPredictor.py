@@ -1,0 +1,63 @@
+"""ThreadPredictor: serves the agents' prediction requests in batches, as the original.
+
+It waits for one request, then takes every request already queued, up to PREDICTION_BATCH_SIZE states, in one
+read of the request pipe; gathers those agents' states from shared memory into one (pinned, on a GPU) staging
+tensor; runs one forward pass; writes policy, value and model version into the agents' reply arrays; and wakes
+each agent with one byte on its reply pipe.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import threading
+
+import numpy as np
+import torch
+
+from ga3c import SharedBuffers as sb
+
+
+class ThreadPredictor(threading.Thread):
+    def __init__(self, server, thread_id: int) -> None:
+        super().__init__(name=f"predictor-{thread_id}", daemon=True)
+        self.server = server
+        self.exit_flag = False
+
+    def run(self) -> None:
+        try:
+            self._serve()
+        except BaseException as exc:  # noqa: BLE001 - reported to the server, which stops the run cleanly
+            self.server.component_failed(self.name, exc)
+
+    def _serve(self) -> None:
+        srv = self.server
+        sh = srv.shared
+        envs = sh.layout.envs
+        state_shape = tuple(sh.layout.state_shape)
+        max_requests = max(1, srv.cfg.PREDICTION_BATCH_SIZE // envs)
+        obs = torch.from_numpy(sh.obs)
+        staging = torch.empty((max_requests, envs) + state_shape, dtype=obs.dtype,
+                              pin_memory=srv.device.type == "cuda")
+        fd = srv.request_fd
+        while not self.exit_flag:
+            with srv.request_lock:
+                if not select.select([fd], [], [], 0.05)[0]:
+                    continue
+                try:
+                    data = os.read(fd, sb.REQUEST.size * max_requests)
+                except BlockingIOError:
+                    continue
+            ids = np.frombuffer(data, dtype="<i4").astype(np.int64)
+            n = len(ids)
+            batch = staging[:n]
+            torch.index_select(obs, 0, torch.from_numpy(ids), out=batch)
+            policy, value = srv.network.predict(batch.view((n * envs,) + state_shape))
+            sh.policy[ids] = policy.numpy().reshape(n, envs, -1)
+            sh.value[ids] = value.numpy().reshape(n, envs)
+            sh.version[ids] = srv.network.version
+            for agent_id in ids:
+                srv.reply(int(agent_id))
+            with srv.counter_lock:
+                sh.counters[sb.C_PREDICTIONS] += n * envs
+                sh.counters[sb.C_PREDICT_BATCHES] += 1
