@@ -16,6 +16,7 @@ import numpy as np
 from ga3c.errors import ConfigError
 
 gym.register_envs(ale_py)
+ale_py.ALEInterface.setLoggerMode(ale_py.LoggerMode.Error)  # no "[Powered by Stella]" banner per env
 
 _ALE_ENTRY_POINT = 'ale_py.env:AtariEnv'
 

@@ -306,6 +306,15 @@ class Server:
                 signal.signal(s, handler)
         return 1 if self.failed else 0
 
+    def _summary(self) -> None:
+        """One line that accounts for every transition the agents produced in this run."""
+        c = self.shared.counters
+        produced = int(self.shared.agent_steps.sum())
+        trained, dropped = int(c[sb.C_TRAINED]), int(c[sb.C_DROPPED])
+        log.info("summary: episodes=%d steps=%d updates=%d transitions produced=%d trained=%d dropped=%d lost=%d",
+                 self.episodes(), self.total_steps(), self.network.version + self.updates_base, produced, trained,
+                 dropped, produced - trained - dropped)
+
     def _shutdown(self, dynamic) -> None:
         if dynamic is not None:
             dynamic.stop()
@@ -339,6 +348,7 @@ class Server:
                 self.failed = True
         self.stats_queue.put(None)
         self.stats.join(timeout=5)
+        self._summary()
         if self.stats.is_alive():
             self.stats.kill()
             self.stats.join(timeout=1)
