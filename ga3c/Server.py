@@ -311,9 +311,11 @@ class Server:
         c = self.shared.counters
         produced = int(self.shared.agent_steps.sum())
         trained, dropped = int(c[sb.C_TRAINED]), int(c[sb.C_DROPPED])
-        log.info("summary: episodes=%d steps=%d updates=%d transitions produced=%d trained=%d dropped=%d lost=%d",
-                 self.episodes(), self.total_steps(), self.network.version + self.updates_base, produced, trained,
-                 dropped, produced - trained - dropped)
+        seconds = time.time() - self.start_time
+        log.info("summary: episodes=%d steps=%d updates=%d seconds=%.1f steps_per_s=%.0f transitions produced=%d "
+                 "trained=%d dropped=%d lost=%d", self.episodes(), self.total_steps(),
+                 self.network.version + self.updates_base, seconds, produced / seconds, produced, trained, dropped,
+                 produced - trained - dropped)
 
     def _shutdown(self, dynamic) -> None:
         if dynamic is not None:

@@ -9,11 +9,13 @@ States and experience live in shared arrays; only small fixed-size records trave
   record (agent, slot, steps) into the experience pipe shared by every agent; a trainer copies the slot out and
   clears the busy flag.
 
-Measured on the 2-core CI machine (scripts/bench_transport.py, round trip of a 4x84x84 uint8 state request
-plus reply, one agent, median of 3):
-    mp.Queue with a pickled float32 state (the original)          ~272 us
-    mp.Queue with an index, state in shared memory                 ~130 us
-    raw pipe: 4-byte id + 1-byte reply, state in shared memory     see scripts/bench_transport.py
+Measured on the 2-core CI machine with `scripts/bench_transport.py` (real processes, a batching server thread
+without a model, 4x84x84 uint8 states; four runs on a loaded machine, range of the per-agent round trip):
+    transport                                                   1 agent        8 agents
+    mp.Queue with a pickled float32 state (the original)        125-221 us     1.25-1.8 ms
+    mp.Queue with an index, state in shared memory              60-226 us      490-670 us
+    mp.SimpleQueue with an index, state in shared memory        25-149 us      335-376 us
+    raw pipe: 4-byte id + 1-byte reply, state in shared memory  14-41 us       65-121 us
 The raw pipe needs no feeder thread and no pickling, and a predictor drains a whole batch of ids in one
 system call, so it is what ga3c uses.
 
