@@ -1,0 +1,320 @@
+"""The value + policy network of GA3C, its losses and its training step, in PyTorch.
+
+Image states (uint8, C x H x W): the original's network, conv 16 8x8/4 -> conv 32 4x4/2 -> dense 256 -> policy
+logits and value, with TensorFlow's 'SAME' padding (which is what makes it ~1.0M parameters for Pong) and its
+initialisation (every weight and bias uniform in +-1/sqrt(fan_in)). Vector states (float32, D): an MLP with two
+tanh layers of MLP_HIDDEN_SIZE (tanh, as the classic on-policy baselines use for CartPole-like tasks: bounded,
+smooth features that do not die on unnormalised inputs) -> the same heads.
+
+Losses are the original's, SUMS over the batch:
+    value   0.5 * sum((R - V)^2)
+    policy  -sum(log_pi(a) * adv + beta * H(pi)),  H(pi) = -sum_a pi * log_pi
+    log_pi = log(pi + LOG_EPSILON) (the paper's form; quirk 4: the original clamped, which zeroes the gradient), with
+    pi = (softmax + MIN_POLICY) / (1 + MIN_POLICY * A); or, with USE_LOG_SOFTMAX, log_pi = log_softmax(logits) and
+    pi = softmax(logits): the original ignores MIN_POLICY in that branch, and so does this one (in predict too).
+
+Thread safety: predictors call predict() and trainers call train() concurrently. train() takes a private copy of
+the parameters under the lock (so its gradients are those of one consistent set of weights, and no optimizer step
+of another thread can invalidate its autograd graph), computes the gradients with torch.autograd.grad (no shared
+.grad fields), clips them, and applies the optimizer step and `version += 1` under the lock. predict() reads the
+live parameters without the lock, as the original's predictors did.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import re
+import threading
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ga3c.errors import CheckpointError, ConfigError
+from ga3c.RMSPropTF import RMSPropTF
+
+log = logging.getLogger(__name__)
+
+_DEVICE_RE = re.compile(r'^(cpu|gpu|cuda)(?::(\d+))?$')
+
+
+def resolve_device(name: str) -> torch.device:
+    """'gpu', 'gpu:N', 'cuda', 'cuda:N', 'cpu', 'cpu:N' -> a torch.device; a GPU on a machine without CUDA -> CPU,
+    with one warning line."""
+    m = _DEVICE_RE.match(str(name).strip().lower())
+    if m is None:
+        raise ConfigError(f"DEVICE={name!r} is not a device: use 'gpu:0', 'cuda:0' or 'cpu'")
+    kind, index = m.group(1), int(m.group(2) or 0)
+    if kind == 'cpu':
+        return torch.device('cpu')
+    if not torch.cuda.is_available():
+        log.warning("DEVICE=%r asks for a GPU, but CUDA is not available here: using the CPU", name)
+        return torch.device('cpu')
+    count = torch.cuda.device_count()
+    if index >= count:
+        raise ConfigError(f"DEVICE={name!r}: this machine has {count} GPU(s) (cuda:0..cuda:{count - 1}); "
+                          f"pick one of them or 'cpu'")
+    return torch.device('cuda', index)
+
+
+def _same_padding(size: int, kernel: int, stride: int) -> tuple[int, int, int]:
+    """TensorFlow's 'SAME' padding: (output size, padding before, padding after)."""
+    out = -(-size // stride)
+    total = max((out - 1) * stride + kernel - size, 0)
+    return out, total // 2, total - total // 2
+
+
+def clip_by_global_norm_(grads: list[torch.Tensor], max_norm: float, norm: torch.Tensor | None = None) -> torch.Tensor:
+    """Scales `grads` in place by max_norm / max(global_norm, max_norm) (TF's clip_by_global_norm); returns the
+    global norm before clipping (a 0-d tensor)."""
+    if norm is None:
+        norm = global_norm(grads)
+    scale = max_norm / torch.clamp(norm, min=max_norm)
+    torch._foreach_mul_(grads, scale)
+    return norm
+
+
+def global_norm(grads: list[torch.Tensor]) -> torch.Tensor:
+    if not grads:
+        return torch.zeros(())
+    return torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
+
+
+class _CNN(nn.Module):
+    """Parameter holder of the original's network; the forward pass is functional (`forward_with`), so that a
+    trainer can run it on its private copy of the parameters."""
+
+    kind = 'cnn'
+
+    def __init__(self, state_shape: tuple, num_actions: int):
+        super().__init__()
+        c, h, w = state_shape
+        self.conv1 = nn.Conv2d(c, 16, 8, stride=4)
+        self.conv2 = nn.Conv2d(16, 32, 4, stride=2)
+        h1, *pad1h = _same_padding(h, 8, 4)
+        w1, *pad1w = _same_padding(w, 8, 4)
+        h2, *pad2h = _same_padding(h1, 4, 2)
+        w2, *pad2w = _same_padding(w1, 4, 2)
+        self.pads = [(pad1h, pad1w), (pad2h, pad2w)]
+        self.fc = nn.Linear(32 * h2 * w2, 256)
+        self.policy = nn.Linear(256, num_actions)
+        self.value = nn.Linear(256, 1)
+
+    @staticmethod
+    def _conv(x, w, b, stride, pad):
+        (top, bottom), (left, right) = pad
+        if top == bottom and left == right:
+            return F.conv2d(x, w, b, stride=stride, padding=(top, left))
+        return F.conv2d(F.pad(x, (left, right, top, bottom)), w, b, stride=stride)
+
+    def forward_with(self, ps: list[torch.Tensor], x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        c1w, c1b, c2w, c2b, fw, fb, pw, pb, vw, vb = ps
+        if x.dtype == torch.uint8:
+            x = x.contiguous(memory_format=torch.channels_last).float().mul_(1.0 / 128.0).sub_(1.0)
+        else:
+            x = x.contiguous(memory_format=torch.channels_last)
+        x = F.relu(self._conv(x, c1w, c1b, 4, self.pads[0]))
+        x = F.relu(self._conv(x, c2w, c2b, 2, self.pads[1]))
+        # NHWC order (TensorFlow's): a free view of a channels_last tensor
+        x = x.permute(0, 2, 3, 1).reshape(x.shape[0], -1)
+        x = F.relu(F.linear(x, fw, fb))
+        return F.linear(x, pw, pb), F.linear(x, vw, vb).squeeze(1)
+
+
+class _MLP(nn.Module):
+    kind = 'mlp'
+
+    def __init__(self, state_shape: tuple, num_actions: int, hidden: int):
+        super().__init__()
+        self.fc1 = nn.Linear(state_shape[0], hidden)
+        self.fc2 = nn.Linear(hidden, hidden)
+        self.policy = nn.Linear(hidden, num_actions)
+        self.value = nn.Linear(hidden, 1)
+
+    def forward_with(self, ps: list[torch.Tensor], x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        w1, b1, w2, b2, pw, pb, vw, vb = ps
+        x = torch.tanh(F.linear(x.float(), w1, b1))
+        x = torch.tanh(F.linear(x, w2, b2))
+        return F.linear(x, pw, pb), F.linear(x, vw, vb).squeeze(1)
+
+
+def _clone_tree(obj, device=None):
+    if isinstance(obj, torch.Tensor):
+        t = obj.detach()
+        return t.to(device, copy=True) if device is not None else t.clone()
+    if isinstance(obj, dict):
+        return {k: _clone_tree(v, device) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_clone_tree(v, device) for v in obj)
+    return obj
+
+
+class NetworkVP:
+    def __init__(self, cfg, state_shape: tuple, num_actions: int, device: torch.device):
+        self.cfg = cfg
+        self.state_shape = tuple(int(s) for s in state_shape)
+        self.num_actions = int(num_actions)
+        self.device = torch.device(device)
+        if len(self.state_shape) == 3:
+            model = _CNN(self.state_shape, self.num_actions)
+        elif len(self.state_shape) == 1:
+            model = _MLP(self.state_shape, self.num_actions, int(cfg.MLP_HIDDEN_SIZE))
+        else:
+            raise ConfigError(f"state shape {self.state_shape}: the network takes images (C, H, W) or vectors (D,)")
+        self.kind = model.kind
+        # The original's initialisation, seeded from SEED without touching torch's global generator
+        gen = torch.Generator().manual_seed(int(cfg.SEED))
+        with torch.no_grad():
+            for mod in model.modules():
+                if isinstance(mod, (nn.Conv2d, nn.Linear)):
+                    bound = 1.0 / math.sqrt(mod.weight[0].numel())
+                    mod.weight.uniform_(-bound, bound, generator=gen)
+                    mod.bias.uniform_(-bound, bound, generator=gen)
+        model.to(self.device)
+        if self.kind == 'cnn':
+            model.to(memory_format=torch.channels_last)
+        self.model = model
+        self._params = list(model.parameters())
+
+        self.bf16 = str(cfg.PRECISION).lower() == 'bf16'
+        self.min_policy = float(cfg.MIN_POLICY)
+        self.use_log_softmax = bool(cfg.USE_LOG_SOFTMAX)
+        self.log_epsilon = float(cfg.LOG_EPSILON)
+        self.dual = bool(cfg.DUAL_RMSPROP)
+        self.use_grad_clip = bool(cfg.USE_GRAD_CLIP)
+        self.grad_clip_norm = float(cfg.GRAD_CLIP_NORM)
+        self.optimizers = [self._make_optimizer() for _ in range(2 if self.dual else 1)]
+        self._lock = threading.Lock()
+        self.version = 0
+
+    # ------------------------------------------------------------------ helpers
+    def _make_optimizer(self) -> RMSPropTF:
+        return RMSPropTF(self._params, lr=float(self.cfg.LEARNING_RATE_START), decay=float(self.cfg.RMSPROP_DECAY),
+                         momentum=float(self.cfg.RMSPROP_MOMENTUM), eps=float(self.cfg.RMSPROP_EPSILON))
+
+    def _autocast(self):
+        if self.bf16:
+            return torch.autocast(self.device.type, dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
+    def _policy(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(pi, log_pi) from fp32 logits; log_pi is None when only pi is needed and it is not log_softmax."""
+        if self.use_log_softmax:
+            return torch.softmax(logits, dim=1), torch.log_softmax(logits, dim=1)
+        pi = torch.softmax(logits, dim=1)
+        if self.min_policy != 0.0:
+            pi = (pi + self.min_policy) / (1.0 + self.min_policy * self.num_actions)
+        return pi, None
+
+    def _log_pi(self, pi: torch.Tensor, log_pi: torch.Tensor | None) -> torch.Tensor:
+        return log_pi if log_pi is not None else torch.log(pi + self.log_epsilon)
+
+    def forward(self, states: torch.Tensor, params: list[torch.Tensor] | None = None):
+        """(logits, values) as computed (bf16 under autocast when PRECISION='bf16'); grad mode as the caller's."""
+        x = states.to(self.device, non_blocking=True)
+        with self._autocast():
+            return self.model.forward_with(self._params if params is None else params, x)
+
+    def losses(self, logits: torch.Tensor, values: torch.Tensor, actions: torch.Tensor, returns: torch.Tensor,
+               beta: float, advantages: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        """The original's losses (sums over the batch), in fp32, as tensors."""
+        logits, values = logits.float(), values.float()
+        pi, log_pi = self._policy(logits)
+        log_pi = self._log_pi(pi, log_pi)
+        if advantages is None:
+            advantages = returns - values.detach()
+        else:
+            advantages = advantages.to(self.device, torch.float32).detach()
+        log_pi_a = log_pi.gather(1, actions.view(-1, 1)).squeeze(1)
+        entropy = -(pi * log_pi).sum(dim=1)
+        loss_p = -(log_pi_a * advantages + beta * entropy).sum()
+        loss_v = 0.5 * (returns - values).square().sum()
+        return dict(loss_policy=loss_p, loss_value=loss_v, entropy=entropy.mean(), value_mean=values.mean())
+
+    # ------------------------------------------------------------------ public API
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self._params)
+
+    def predict(self, states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(policy probabilities [B, A], values [B]), float32 on the CPU."""
+        with torch.inference_mode():
+            if states.dim() == len(self.state_shape):
+                states = states.unsqueeze(0)
+            logits, values = self.forward(states)
+            pi, _ = self._policy(logits.float())
+            return pi.cpu(), values.float().cpu()
+
+    def train(self, states: torch.Tensor, actions: torch.Tensor, returns: torch.Tensor, lr: float, beta: float,
+              advantages: torch.Tensor | None = None) -> dict[str, float]:
+        """One training step on the batch; returns loss_policy, loss_value, loss_total, entropy (mean per
+        sample), grad_norm (before clipping), batch_size, value_mean, version (after this update)."""
+        batch = int(states.shape[0])
+        if batch == 0:
+            raise ValueError("NetworkVP.train: empty batch")
+        actions = actions.to(self.device, torch.int64, non_blocking=True)
+        returns = returns.to(self.device, torch.float32, non_blocking=True)
+        with self._lock:
+            params = [p.detach().clone() for p in self._params]
+        for p in params:
+            p.requires_grad_(True)
+        logits, values = self.forward(states, params)
+        out = self.losses(logits, values, actions, returns, beta, advantages)
+        loss_p, loss_v = out['loss_policy'], out['loss_value']
+        if self.dual:
+            gp = torch.autograd.grad(loss_p, params, retain_graph=True, allow_unused=True)
+            gv = torch.autograd.grad(loss_v, params, allow_unused=True)
+            grad_sets = [list(gp), list(gv)]
+        else:
+            grad_sets = [list(torch.autograd.grad(loss_p + loss_v, params))]
+        norms = []
+        for grads in grad_sets:
+            present = [g for g in grads if g is not None]
+            norm = global_norm(present)
+            if self.use_grad_clip:
+                clip_by_global_norm_(present, self.grad_clip_norm, norm)
+            norms.append(norm)
+        grad_norm = torch.linalg.vector_norm(torch.stack(norms))
+        with self._lock:
+            for opt, grads in zip(self.optimizers, grad_sets, strict=True):
+                for group in opt.param_groups:
+                    group['lr'] = lr
+                opt.step(grads=grads)
+            self.version += 1
+            version = self.version
+        stats = torch.stack([loss_p.detach(), loss_v.detach(), out['entropy'].detach(), grad_norm.detach(),
+                             out['value_mean'].detach()]).tolist()
+        return dict(loss_policy=stats[0], loss_value=stats[1], loss_total=stats[0] + stats[1], entropy=stats[2],
+                    grad_norm=stats[3], batch_size=float(batch), value_mean=stats[4], version=float(version))
+
+    def get_state(self) -> dict:
+        """Model, optimizer(s) and version, copied to the CPU (plain dicts, lists, tensors, numbers, strings)."""
+        with self._lock:
+            return dict(kind=self.kind,
+                        model=_clone_tree(dict(self.model.state_dict()), 'cpu'),
+                        optimizers=[_clone_tree(opt.state_dict(), 'cpu') for opt in self.optimizers],
+                        version=int(self.version))
+
+    def set_state(self, d: dict) -> None:
+        if d.get('kind') != self.kind:
+            raise CheckpointError(f"the checkpoint holds a '{d.get('kind')}' network, this run builds a "
+                                  f"'{self.kind}' one")
+        with self._lock:
+            try:
+                self.model.load_state_dict(d['model'])
+            except (RuntimeError, KeyError) as e:
+                first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+                raise CheckpointError(f"the checkpoint's network does not fit this one: {first}") from None
+            opts = d.get('optimizers') or []
+            if len(opts) == len(self.optimizers):
+                for opt, s in zip(self.optimizers, opts, strict=True):
+                    opt.load_state_dict(s)
+                    for group in opt.param_groups:  # this run's settings win over the checkpoint's
+                        group.update(decay=float(self.cfg.RMSPROP_DECAY), momentum=float(self.cfg.RMSPROP_MOMENTUM),
+                                     eps=float(self.cfg.RMSPROP_EPSILON))
+            else:
+                log.warning("the checkpoint has %d optimizer state(s), this run uses %d (DUAL_RMSPROP changed): "
+                            "the optimizer starts afresh", len(opts), len(self.optimizers))
+                self.optimizers = [self._make_optimizer() for _ in self.optimizers]
+            self.version = int(d.get('version', 0))

@@ -1,0 +1,361 @@
+"""NetworkVP and RMSPropTF against hand-computed / numpy references (CPU)."""
+
+import copy
+import logging
+import threading
+
+import numpy as np
+import pytest
+import torch
+
+from ga3c.Config import Config
+from ga3c.errors import ConfigError
+from ga3c.NetworkVP import NetworkVP, clip_by_global_norm_, global_norm, resolve_device
+from ga3c.RMSPropTF import RMSPropTF
+
+CPU = torch.device('cpu')
+
+
+def make_cfg(**kw):
+    cfg = Config()
+    cfg.MLP_HIDDEN_SIZE = 16
+    for k, v in kw.items():
+        setattr(cfg, k, v)
+    return cfg
+
+
+def mlp(**kw):
+    return NetworkVP(make_cfg(**kw), (4,), 3, CPU)
+
+
+def small_cnn(**kw):
+    return NetworkVP(make_cfg(**kw), (2, 20, 20), 4, CPU)
+
+
+def mlp_batch(b=6, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(b, 4, generator=g), torch.randint(0, 3, (b,), generator=g), torch.randn(b, generator=g))
+
+
+def cnn_batch(b=5, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randint(0, 256, (b, 2, 20, 20), generator=g, dtype=torch.uint8),
+            torch.randint(0, 4, (b,), generator=g), torch.randn(b, generator=g))
+
+
+# ---------------------------------------------------------------- RMSPropTF
+def np_rmsprop(p, g, ms, mom, lr, decay, momentum, eps):
+    ms = decay * ms + (1 - decay) * g * g
+    mom = momentum * mom + lr * g / np.sqrt(ms + eps)
+    return p - mom, ms, mom
+
+
+@pytest.mark.parametrize('momentum', [0.0, 0.9])
+def test_rmsprop_tf_matches_numpy_two_steps(momentum):
+    rng = np.random.default_rng(0)
+    p0 = rng.normal(size=(3, 4)).astype(np.float64)
+    grads = [rng.normal(size=(3, 4)), rng.normal(size=(3, 4)) * 3]
+    lr, decay, eps = 0.01, 0.9, 0.1
+    p = torch.tensor(p0, requires_grad=True)
+    opt = RMSPropTF([p], lr=lr, decay=decay, momentum=momentum, eps=eps)
+    ref, ms, mom = p0.copy(), np.ones_like(p0), np.zeros_like(p0)  # TF: mean square starts at ONE
+    for i, g in enumerate(grads):
+        if i == 0:
+            opt.step(grads=[torch.tensor(g)])
+        else:  # the .grad path
+            p.grad = torch.tensor(g)
+            opt.step()
+        ref, ms, mom = np_rmsprop(ref, g, ms, mom, lr, decay, momentum, eps)
+        np.testing.assert_allclose(p.detach().numpy(), ref, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(opt.state[p]['ms'].numpy(), ms, rtol=1e-12)
+
+
+def test_rmsprop_tf_first_step_by_hand():
+    # g = 2, ms = 0.99 * 1 + 0.01 * 4 = 1.03; step = 0.1 * 2 / sqrt(1.03 + 0.1)
+    p = torch.tensor([1.0], dtype=torch.float64)
+    RMSPropTF([p], lr=0.1, decay=0.99, momentum=0.0, eps=0.1).step(grads=[torch.tensor([2.0], dtype=torch.float64)])
+    assert p.item() == pytest.approx(1.0 - 0.2 / np.sqrt(1.13), abs=1e-15)
+
+
+def test_rmsprop_tf_none_grad_skips_and_state_dict_round_trips():
+    a, b = torch.zeros(2, requires_grad=True), torch.zeros(2, requires_grad=True)
+    opt = RMSPropTF([a, b], lr=0.1, momentum=0.5)
+    opt.step(grads=[torch.ones(2), None])
+    assert b.abs().sum() == 0 and b not in opt.state  # no gradient: untouched, as TF's apply_gradients
+    a2, b2 = a.detach().clone(), b.detach().clone()
+    opt2 = RMSPropTF([a2, b2], lr=0.1, momentum=0.5)
+    opt2.load_state_dict(copy.deepcopy(opt.state_dict()))
+    for o in (opt, opt2):
+        o.step(grads=[torch.full((2,), 2.0), torch.ones(2)])
+    assert torch.equal(a, a2) and torch.equal(b, b2)
+    with pytest.raises(ValueError):
+        opt.step(grads=[torch.ones(2)])
+
+
+# ---------------------------------------------------------------- losses vs numpy
+def np_losses(logits, v, a, r, beta, log_eps, min_policy, use_log_softmax, adv=None):
+    logits, v, r = (np.asarray(x, dtype=np.float64) for x in (logits, v, r))
+    n, na = logits.shape
+    z = logits - logits.max(axis=1, keepdims=True)
+    sm = np.exp(z) / np.exp(z).sum(axis=1, keepdims=True)
+    if use_log_softmax:
+        pi, logpi = sm, z - np.log(np.exp(z).sum(axis=1, keepdims=True))
+    else:
+        pi = (sm + min_policy) / (1 + min_policy * na)
+        logpi = np.log(pi + log_eps)
+    adv = r - v if adv is None else np.asarray(adv, dtype=np.float64)
+    ent = -(pi * logpi).sum(axis=1)
+    lp = -(logpi[np.arange(n), a] * adv + beta * ent).sum()
+    lv = 0.5 * ((r - v) ** 2).sum()
+    return lp, lv, ent.mean(), pi
+
+
+@pytest.mark.parametrize('variant', [
+    dict(),
+    dict(LOG_EPSILON=0.05),
+    dict(MIN_POLICY=0.1),
+    dict(USE_LOG_SOFTMAX=True),
+    dict(USE_LOG_SOFTMAX=True, MIN_POLICY=0.1),  # the original ignores MIN_POLICY with log_softmax
+    dict(advantages=True),
+])
+def test_losses_match_numpy(variant):
+    variant = dict(variant)
+    use_adv = variant.pop('advantages', False)
+    net = mlp(**variant)
+    cfg = net.cfg
+    x, a, r = mlp_batch(7)
+    with torch.no_grad():  # push logits far apart, so that LOG_EPSILON and MIN_POLICY matter
+        net.model.policy.weight.mul_(20.0)
+    with torch.no_grad():
+        logits, v = net.forward(x)
+    adv = torch.linspace(-1, 2, 7) if use_adv else None
+    lp, lv, ent, pi = np_losses(logits.numpy(), v.numpy(), a.numpy(), r.numpy(), 0.05, cfg.LOG_EPSILON,
+                                cfg.MIN_POLICY, cfg.USE_LOG_SOFTMAX, None if adv is None else adv.numpy())
+    probs, values = net.predict(x)
+    np.testing.assert_allclose(probs.numpy(), pi, rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(values.numpy(), v.numpy(), rtol=1e-6)
+    out = net.train(x, a, r, lr=1e-3, beta=0.05, advantages=adv)
+    assert out['loss_policy'] == pytest.approx(lp, rel=1e-5, abs=1e-5)
+    assert out['loss_value'] == pytest.approx(lv, rel=1e-5)
+    assert out['loss_total'] == pytest.approx(lp + lv, rel=1e-5, abs=1e-5)
+    assert out['entropy'] == pytest.approx(ent, rel=1e-5)
+    assert out['value_mean'] == pytest.approx(float(v.mean()), rel=1e-5, abs=1e-7)
+    assert out['batch_size'] == 7
+
+
+def test_log_epsilon_keeps_gradient_below_epsilon():
+    # log(pi + eps), the paper's form: a chosen action with pi (4.5e-5) < eps still gets a gradient (a clamp would not)
+    net = mlp(LOG_EPSILON=1e-3)
+    with torch.no_grad():
+        net.model.policy.bias.copy_(torch.tensor([0.0, -10.0, 0.0]))
+    x, _, r = mlp_batch(4)
+    a = torch.ones(4, dtype=torch.int64)
+    before = net.model.policy.bias.detach().clone()
+    net.train(x, a, r, lr=1e-2, beta=0.0)
+    assert net.model.policy.bias[1] != before[1]
+
+
+# ---------------------------------------------------------------- the training step
+def expected_grads(net, x, a, r, beta):
+    params = [p.detach().clone().requires_grad_(True) for p in net.model.parameters()]
+    logits, v = net.forward(x, params)
+    out = net.losses(logits, v, a, r, beta)
+    gp = torch.autograd.grad(out['loss_policy'], params, retain_graph=True, allow_unused=True)
+    gv = torch.autograd.grad(out['loss_value'], params, allow_unused=True)
+    return params, gp, gv
+
+
+def combine(gp, gv):
+    """The gradient of loss_p + loss_v from the gradients of each (None: no gradient)."""
+    return [(p if p is not None else 0) + (v if v is not None else 0) for p, v in zip(gp, gv, strict=True)]
+
+
+def np_apply(p, g, lr, cfg, ms=None):
+    ms = np.ones_like(p) if ms is None else ms
+    new, ms, _ = np_rmsprop(p, g, ms, 0.0, lr, cfg.RMSPROP_DECAY, 0.0, cfg.RMSPROP_EPSILON)
+    return new, ms
+
+
+@pytest.mark.parametrize('maker,batch', [(mlp, mlp_batch), (small_cnn, cnn_batch)])
+def test_train_step_applies_rmsprop_tf_to_autograd_grads(maker, batch):
+    net = maker(RMSPROP_EPSILON=0.1)
+    x, a, r = batch()
+    lr = 0.01
+    for step in range(2):
+        params, gp, gv = expected_grads(net, x, a, r, 0.01)
+        grads = combine(gp, gv)
+        ms_before = [net.optimizers[0].state[p]['ms'].numpy().copy() if step else None
+                     for p in net.model.parameters()]
+        out = net.train(x, a, r, lr=lr, beta=0.01)
+        assert net.version == step + 1 == out['version']
+        assert out['grad_norm'] == pytest.approx(float(global_norm(grads)), rel=1e-5)
+        for p0, g, p1, ms in zip(params, grads, net.model.parameters(), ms_before, strict=True):
+            ref, _ = np_apply(p0.detach().double().numpy(), g.double().numpy(), lr, net.cfg, ms)
+            np.testing.assert_allclose(p1.detach().numpy(), ref, rtol=1e-5, atol=1e-6)
+
+
+def test_clip_by_global_norm():
+    g = [torch.full((3,), 3.0), torch.full((2, 2), 4.0)]
+    norm = clip_by_global_norm_(g, 1.0)
+    assert float(norm) == pytest.approx(np.sqrt(27 + 64))
+    assert float(global_norm(g)) == pytest.approx(1.0, rel=1e-6)
+    small = [torch.tensor([0.3, 0.4])]
+    clip_by_global_norm_(small, 1.0)
+    assert torch.equal(small[0], torch.tensor([0.3, 0.4]))
+
+
+def test_train_clips_by_global_norm_and_counts_the_update():
+    net = mlp(USE_GRAD_CLIP=True, GRAD_CLIP_NORM=0.01)
+    x, a, r = mlp_batch()
+    params, gp, gv = expected_grads(net, x, a, r, 0.01)
+    grads = combine(gp, gv)
+    pre = float(global_norm(grads))
+    assert pre > 0.01
+    clipped = [g * (0.01 / pre) for g in grads]
+    assert float(global_norm(clipped)) == pytest.approx(0.01, rel=1e-5)
+    out = net.train(x, a, r, lr=0.1, beta=0.01)
+    assert out['grad_norm'] == pytest.approx(pre, rel=1e-5)
+    assert net.version == 1
+    for p0, g, p1 in zip(params, clipped, net.model.parameters(), strict=True):
+        ref, _ = np_apply(p0.detach().double().numpy(), g.double().numpy(), 0.1, net.cfg)
+        np.testing.assert_allclose(p1.detach().numpy(), ref, rtol=1e-5, atol=1e-6)
+
+
+def test_dual_rmsprop_uses_two_optimizers():
+    net = mlp(DUAL_RMSPROP=True)
+    assert len(net.optimizers) == 2
+    x, a, r = mlp_batch()
+    params, gp, gv = expected_grads(net, x, a, r, 0.01)
+    net.train(x, a, r, lr=0.05, beta=0.01)
+    assert net.version == 1
+    names = [n for n, _ in net.model.named_parameters()]
+    for name, p0, g1, g2, p1 in zip(names, params, gp, gv, net.model.parameters(), strict=True):
+        ref = p0.detach().double().numpy()
+        for opt_i, g in enumerate((g1, g2)):
+            if g is None:  # the value head has no policy-loss gradient, and vice versa
+                assert p1 not in net.optimizers[opt_i].state
+                continue
+            step, _ = np_apply(np.zeros_like(ref), g.double().numpy(), 0.05, net.cfg)
+            ref = ref + step
+        np.testing.assert_allclose(p1.detach().numpy(), ref, rtol=1e-5, atol=1e-6, err_msg=name)
+    assert gp[names.index('value.weight')] is None and gv[names.index('policy.weight')] is None
+
+
+# ---------------------------------------------------------------- shapes, scaling, precision
+def test_pong_network_parameter_count():
+    net = NetworkVP(make_cfg(), (4, 84, 84), 6, CPU)
+    # TF 'SAME' padding: 84 -> ceil(84/4) = 21 -> ceil(21/2) = 11
+    conv1 = 8 * 8 * 4 * 16 + 16
+    conv2 = 4 * 4 * 16 * 32 + 32
+    dense = 11 * 11 * 32 * 256 + 256
+    heads = 256 * 6 + 6 + 256 * 1 + 1
+    assert net.num_parameters() == conv1 + conv2 + dense + heads == 1_005_623
+    assert net.kind == 'cnn'
+    assert net.model.conv1.weight.is_contiguous(memory_format=torch.channels_last)
+    probs, values = net.predict(torch.zeros(2, 4, 84, 84, dtype=torch.uint8))
+    assert probs.shape == (2, 6) and values.shape == (2,)
+
+
+def test_predict_shapes_and_probabilities():
+    net = small_cnn(MIN_POLICY=0.05)
+    x, _, _ = cnn_batch(9)
+    probs, values = net.predict(x)
+    assert probs.shape == (9, 4) and values.shape == (9,)
+    assert probs.dtype == values.dtype == torch.float32 and probs.device.type == 'cpu'
+    np.testing.assert_allclose(probs.sum(1).numpy(), 1.0, rtol=1e-6)
+    assert float(probs.min()) >= 0.05 / 1.2 - 1e-7
+    p1, v1 = net.predict(x[0])  # one state without a batch dimension
+    assert p1.shape == (1, 4)
+    torch.testing.assert_close(p1[0], probs[0])
+
+
+def test_uint8_states_are_scaled_on_the_device():
+    net = small_cnn()
+    x, _, _ = cnn_batch(3)
+    p_u8, v_u8 = net.predict(x)
+    p_f, v_f = net.predict(x.float() / 128.0 - 1.0)
+    torch.testing.assert_close(p_u8, p_f)
+    torch.testing.assert_close(v_u8, v_f)
+    p_raw, _ = net.predict(x.float())  # unscaled floats give another answer: the scaling did happen
+    assert not torch.allclose(p_raw, p_u8)
+
+
+def test_seeded_initialisation():
+    a, b, c = mlp(SEED=3), mlp(SEED=3), mlp(SEED=4)
+    for pa, pb in zip(a.model.parameters(), b.model.parameters(), strict=True):
+        assert torch.equal(pa, pb)
+    assert not torch.equal(a.model.fc1.weight, c.model.fc1.weight)
+    bound = 1 / np.sqrt(4)
+    assert float(a.model.fc1.weight.detach().abs().max()) <= bound
+
+
+def test_bf16_runs_and_is_close_to_fp32():
+    n32, n16 = small_cnn(), small_cnn(PRECISION='bf16')
+    x, a, r = cnn_batch(8)
+    p32, v32 = n32.predict(x)
+    p16, v16 = n16.predict(x)
+    assert p16.dtype == torch.float32
+    torch.testing.assert_close(p16, p32, atol=2e-2, rtol=0)
+    torch.testing.assert_close(v16, v32, atol=3e-2, rtol=0)
+    o32, o16 = n32.train(x, a, r, 1e-3, 0.01), n16.train(x, a, r, 1e-3, 0.01)
+    assert o16['loss_total'] == pytest.approx(o32['loss_total'], rel=5e-2, abs=5e-2)
+    assert all(p.dtype == torch.float32 for p in n16.model.parameters())
+    assert n16.version == 1
+
+
+def test_concurrent_train_and_predict():
+    torch.manual_seed(0)
+    net = small_cnn()
+    x, a, r = cnn_batch(16)
+    errors, stop = [], threading.Event()
+
+    def trainer():
+        try:
+            for _ in range(15):
+                net.train(x, a, r, 1e-3, 0.01)
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    def predictor():
+        try:
+            while not stop.is_set():
+                p, _ = net.predict(x[:4])
+                assert torch.isfinite(p).all()
+        except Exception as e:  # pragma: no cover
+            errors.append(e)
+
+    threads = [threading.Thread(target=trainer) for _ in range(2)]
+    pt = threading.Thread(target=predictor)
+    pt.start()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    stop.set()
+    pt.join()
+    assert not errors, errors
+    assert net.version == 30
+
+
+# ---------------------------------------------------------------- devices
+def test_resolve_device(monkeypatch, caplog):
+    assert resolve_device('cpu') == CPU
+    assert resolve_device('cpu:0') == CPU
+    monkeypatch.setattr(torch.cuda, 'is_available', lambda: False)
+    for name in ('gpu:0', 'gpu', 'cuda', 'cuda:1'):
+        caplog.clear()
+        with caplog.at_level(logging.WARNING):
+            assert resolve_device(name) == CPU
+        warnings = [rec for rec in caplog.records if rec.levelno >= logging.WARNING]
+        assert len(warnings) == 1 and 'CPU' in warnings[0].getMessage() and '\n' not in warnings[0].getMessage()
+    caplog.clear()
+    resolve_device('cpu:0')
+    assert not caplog.records
+    with pytest.raises(ConfigError):
+        resolve_device('tpu:0')
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason='no CUDA here')
+def test_resolve_device_gpu():
+    assert resolve_device('gpu:0') == torch.device('cuda', 0)
+    assert resolve_device('cuda') == torch.device('cuda', 0)
