@@ -1,17 +1,15 @@
 """ProcessAgent: one process stepping ENVS_PER_AGENT environments; it never imports torch.
 
 Each step it writes its states into its shared observation slot, asks a predictor for (policy, value) by
-writing its id into the request pipe, waits for one byte on its own reply pipe, samples the actions, and steps. Every TIME_MAX steps the next prediction's values bootstrap the n-step returns of the
-rollout, which goes to the trainers through one of the agent's shared experience slots. When told to stop, it
-sends the partial rollout it holds (so no experience is lost or duplicated) and exits without waiting for the
-episode to end.
-"""
+writing its id into the request pipe, waits for one byte on its own reply pipe, samples the actions, and
+steps. Every TIME_MAX steps the next prediction's values bootstrap the n-step returns of the rollout, which
+goes to the trainers through a shared experience slot. When told to stop, it sends the partial rollout it
+holds (so no experience is lost or duplicated) and exits without waiting for the episode to end."""
 
 from __future__ import annotations
 
 import os
 import signal
-import time
 from datetime import datetime
 
 import numpy as np
@@ -25,16 +23,17 @@ class ProcessAgent:
     """Runs in its own process: see `run`."""
 
     def __init__(self, agent_id: int, incarnation: int, cfg, shared: sb.SharedBuffers, request_conn, reply_conn,
-                 experience_conn, stats_queue) -> None:
+                 free_conn, experience_conn, stats_queue) -> None:
         self.id = agent_id
         self.incarnation = incarnation
         self.cfg = cfg
         self.shared = shared
         self.request_fd = request_conn.fileno()
         self.reply_fd = reply_conn.fileno()
+        self.free_fd = free_conn.fileno()
         self.experience_fd = experience_conn.fileno()
         # keep the connections alive so their file descriptors stay open
-        self._conns = (request_conn, reply_conn, experience_conn)
+        self._conns = (request_conn, reply_conn, free_conn, experience_conn)
         self.stats_queue = stats_queue
 
     def _predict(self) -> bool:
@@ -46,21 +45,17 @@ class ProcessAgent:
             return False
 
     def _free_slot(self) -> int | None:
-        """One of the agent's experience slots that the trainers have released (waits for one)."""
-        busy = self.shared.exp_busy
-        while True:
-            for k in range(sb.EXPERIENCE_SLOTS):
-                if not busy[self.shared.slot(self.id, k)]:
-                    return k
-            if os.getppid() != self.parent:
-                return None
-            time.sleep(0.0005)
+        """A free experience slot (waits while MAX_QUEUE_SIZE rollouts wait for the trainers); None: server gone."""
+        try:
+            data = os.read(self.free_fd, sb.SLOT.size)
+        except OSError:
+            return None
+        return sb.SLOT.unpack(data)[0] if len(data) == sb.SLOT.size else None
 
     def run(self) -> None:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the server, which stops us in order
         signal.signal(signal.SIGTERM, lambda *_: self.shared.stop.__setitem__(self.id, 1))
         cfg, sh, me = self.cfg, self.shared, self.id
-        self.parent = os.getppid()
         envs_n, tmax = cfg.ENVS_PER_AGENT, cfg.TIME_MAX
         seed0 = cfg.SEED + 1_000_003 * self.incarnation + me * envs_n
         rng = np.random.default_rng(seed0)
@@ -127,11 +122,10 @@ class ProcessAgent:
     def _send(self, n, states, obs, actions, rewards, terminated, truncated, values, logp, versions,
               bootstrap) -> bool:
         """Writes the first n steps of the rollout into a free slot and announces it to the trainers."""
-        k = self._free_slot()
-        if k is None:
+        s = self._free_slot()
+        if s is None:
             return False
         sh = self.shared
-        s = sh.slot(self.id, k)
         returns = n_step_returns(rewards[:n], terminated[:n], truncated[:n], values[:n], bootstrap,
                                  self.cfg.DISCOUNT)
         sh.exp_states[s, :n] = states[:n]
@@ -142,8 +136,7 @@ class ProcessAgent:
         sh.exp_done[s, :n] = terminated[:n]
         sh.exp_logp[s, :n] = logp[:n]
         sh.exp_version[s, :n] = versions[:n]
-        sh.exp_busy[s] = 1
-        os.write(self.experience_fd, sb.EXPERIENCE.pack(self.id, k, n))
+        os.write(self.experience_fd, sb.EXPERIENCE.pack(self.id, s, n))
         return True
 
 

@@ -23,8 +23,8 @@ import torch
 
 from ga3c import SharedBuffers as sb
 from ga3c.Checkpoint import check_compatible, find_checkpoint, load_checkpoint, save_checkpoint
-from ga3c.errors import ConfigError
 from ga3c.Environment import probe_environment
+from ga3c.errors import ConfigError
 from ga3c.GameManager import resolve_game_id
 from ga3c.NetworkVP import NetworkVP, resolve_device
 from ga3c.ProcessAgent import run_agent
@@ -105,7 +105,7 @@ class Server:
                  self.network.num_parameters(), self.device, cfg.PRECISION)
 
         self.ctx = mp.get_context("spawn")
-        layout = sb.Layout(cfg.MAX_AGENTS, cfg.ENVS_PER_AGENT, cfg.TIME_MAX, tuple(state_shape),
+        layout = sb.Layout(cfg.MAX_AGENTS, cfg.MAX_QUEUE_SIZE, cfg.ENVS_PER_AGENT, cfg.TIME_MAX, tuple(state_shape),
                            str(state_dtype), int(num_actions))
         self.shared = sb.SharedBuffers(self.ctx, layout)
         c = self.shared.counters
@@ -116,6 +116,9 @@ class Server:
 
         self.request_reader, self.request_writer = self.ctx.Pipe(duplex=False)
         self.experience_reader, self.experience_writer = self.ctx.Pipe(duplex=False)
+        self.free_reader, self.free_writer = self.ctx.Pipe(duplex=False)
+        for slot in range(layout.slots):
+            os.write(self.free_writer.fileno(), sb.SLOT.pack(slot))
         self.request_fd = self.request_reader.fileno()
         self.experience_fd = self.experience_reader.fileno()
         for fd in (self.request_fd, self.experience_fd):
@@ -151,7 +154,7 @@ class Server:
         proc = self.ctx.Process(
             target=run_agent, name=f"ga3c-agent-{agent_id}", daemon=True,
             args=(agent_id, self.incarnations, self.cfg, self.shared, self.request_writer, reply_reader,
-                  self.experience_writer, self.stats_queue))
+                  self.free_reader, self.experience_writer, self.stats_queue))
         proc.start()
         reply_reader.close()
         self.reply_fds[agent_id] = reply_writer.fileno()
@@ -162,6 +165,10 @@ class Server:
         agent_id = max(self.agents)
         self.shared.stop[agent_id] = 1
         self.retiring[agent_id] = self.agents.pop(agent_id)
+
+    def release_slot(self, slot: int) -> None:
+        """Gives an experience slot back to the agents once a trainer has copied it."""
+        os.write(self.free_writer.fileno(), sb.SLOT.pack(slot))
 
     def reply(self, agent_id: int) -> None:
         try:
@@ -322,7 +329,7 @@ class Server:
             dynamic.stop()
             dynamic.join(timeout=2)
         with self.components_lock:
-            for agent_id in list(self.agents):
+            while self.agents:
                 self.remove_agent()
         deadline = time.time() + AGENT_STOP_SECONDS
         while self.retiring and time.time() < deadline:
@@ -356,5 +363,6 @@ class Server:
             self.stats.join(timeout=1)
         self.stats_queue.close()
         self.stats_queue.join_thread()
-        for conn in (self.request_reader, self.request_writer, self.experience_reader, self.experience_writer):
+        for conn in (self.request_reader, self.request_writer, self.experience_reader, self.experience_writer,
+                     self.free_reader, self.free_writer):
             conn.close()

@@ -5,9 +5,10 @@ States and experience live in shared arrays; only small fixed-size records trave
   after writing its states into its observation slot; a predictor reads up to a batch of ids in one read();
 - prediction replies: the predictor writes policy, value and model version into the agent's reply arrays, then
   one byte into the agent's own reply pipe;
-- experience: each agent owns EXPERIENCE_SLOTS rollout slots; it fills one, marks it busy and writes a 12-byte
-  record (agent, slot, steps) into the experience pipe shared by every agent; a trainer copies the slot out and
-  clears the busy flag.
+- experience: MAX_QUEUE_SIZE rollout slots, handed over by index as in Sample Factory: an agent takes a free
+  slot's 4-byte index from the free pipe (blocking: this bounds the rollouts waiting for the trainers, the
+  original's MAX_QUEUE_SIZE), fills it, and writes a 12-byte record (agent, slot, steps) into the experience
+  pipe; a trainer copies the slot out and writes its index back into the free pipe.
 
 Measured on the 2-core CI machine with `scripts/bench_transport.py` (real processes, a batching server thread
 without a model, 4x84x84 uint8 states; four runs on a loaded machine, range of the per-agent round trip):
@@ -34,10 +35,8 @@ import numpy as np
 
 from ga3c.errors import ConfigError
 
-# Rollout slots per agent: one being filled while the trainers copy the other.
-EXPERIENCE_SLOTS = 2
-
 REQUEST = struct.Struct("<i")
+SLOT = struct.Struct("<i")
 EXPERIENCE = struct.Struct("<iii")
 
 # Indices of the shared float64 counters.
@@ -63,15 +62,12 @@ class Layout:
     """Shapes of the shared arrays, derived from the settings and the environment."""
 
     max_agents: int
+    slots: int
     envs: int
     time_max: int
     state_shape: tuple
     state_dtype: str
     num_actions: int
-
-    @property
-    def slots(self) -> int:
-        return self.max_agents * EXPERIENCE_SLOTS
 
     def nbytes(self) -> int:
         """Bytes of shared memory the layout needs."""
@@ -94,7 +90,7 @@ class SharedBuffers:
     NAMES = (
         "obs", "policy", "value", "version", "agent_steps", "stop",
         "exp_states", "exp_actions", "exp_returns", "exp_rewards", "exp_done", "exp_logp", "exp_version",
-        "exp_busy", "counters",
+        "counters",
     )
 
     def __init__(self, ctx, layout: Layout) -> None:
@@ -105,7 +101,7 @@ class SharedBuffers:
             raise ConfigError(
                 f"the shared memory for MAX_AGENTS={layout.max_agents} x ENVS_PER_AGENT={layout.envs} needs "
                 f"{need / 2**20:.0f} MiB but /dev/shm has {free / 2**20:.0f} MiB free; lower MAX_AGENTS, "
-                f"ENVS_PER_AGENT or TIME_MAX")
+                f"ENVS_PER_AGENT, MAX_QUEUE_SIZE or TIME_MAX")
         a, e, t, s = layout.max_agents, layout.envs, layout.time_max, tuple(layout.state_shape)
         n = layout.slots
         shapes = {
@@ -123,7 +119,6 @@ class SharedBuffers:
             "exp_done": ((n, t, e), np.uint8),
             "exp_logp": ((n, t, e), np.float32),
             "exp_version": ((n, t, e), np.int64),
-            "exp_busy": ((n,), np.uint8),
             "counters": ((N_COUNTERS,), np.float64),
         }
         self._raw = {}
@@ -146,5 +141,3 @@ class SharedBuffers:
             count = int(np.prod(shape)) * dtype.itemsize
             setattr(self, name, np.frombuffer(self._raw[name], dtype=np.uint8, count=count).view(dtype).reshape(shape))
 
-    def slot(self, agent_id: int, k: int) -> int:
-        return agent_id * EXPERIENCE_SLOTS + k

@@ -45,7 +45,7 @@ class ThreadDynamicAdjustment(threading.Thread):
         """A neighbour of `current`: each count moved by -1, 0 or +1 within [1, limit], not all unchanged."""
         while True:
             step = self.rng.integers(-1, 2, size=3)
-            candidate = tuple(int(min(max(v + d, 1), hi)) for v, d, hi in zip(current, step, self.limits))
+            candidate = tuple(int(min(max(v + d, 1), hi)) for v, d, hi in zip(current, step, self.limits, strict=True))
             if candidate != current:
                 return candidate
 

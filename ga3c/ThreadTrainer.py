@@ -49,15 +49,14 @@ class ThreadTrainer(threading.Thread):
                     if self.exit_flag:
                         break
                     continue
-                agent_id, k, steps = record
-                slot = sh.slot(agent_id, k)
+                _agent, slot, steps = record
                 count = steps * lay.envs
                 end = n + count
                 states_np[n:end] = sh.exp_states[slot, :steps].reshape((count,) + state_shape)
                 actions_np[n:end] = sh.exp_actions[slot, :steps].reshape(count)
                 returns_np[n:end] = sh.exp_returns[slot, :steps].reshape(count)
                 versions[n:end] = sh.exp_version[slot, :steps].reshape(count)
-                sh.exp_busy[slot] = 0
+                srv.release_slot(slot)
                 n = end
             if n:
                 self._train(states, actions, returns, versions, n)
