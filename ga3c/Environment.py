@@ -14,6 +14,8 @@ Imported by agent processes: numpy, gymnasium, ale_py and cv2 only (no torch).
 
 from __future__ import annotations
 
+import time
+
 import cv2
 import gymnasium as gym
 import numpy as np
@@ -35,6 +37,7 @@ class Environment:
             self.game.close()
             raise
         self.total_reward = 0.0
+        self.preprocess_seconds = 0.0  # time spent in resize + stacking (the benchmark's --profile reads it)
 
     def _setup(self, cfg) -> None:
         game = self.game
@@ -107,6 +110,7 @@ class Environment:
         """One agent step: (state, raw unclipped reward, terminated, truncated); state as in reset()."""
         obs, reward, terminated, truncated = self.game.step(action)
         self.total_reward += reward
+        start = time.perf_counter()
         if self._is_atari:
             buf = self._buf
             if self._k > 1:
@@ -114,6 +118,7 @@ class Environment:
             self._frame_into(obs, buf[-1])
         else:
             self._vector_into(obs)
+        self.preprocess_seconds += time.perf_counter() - start
         return self._state, reward, terminated, truncated
 
     def frame(self) -> np.ndarray | None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from datetime import datetime
 
 import numpy as np
@@ -76,11 +77,17 @@ class ProcessAgent:
         ep_reward = np.zeros(envs_n, dtype=np.float64)
         ep_length = np.zeros(envs_n, dtype=np.int64)
         rows = np.arange(envs_n)
+        times = sh.agent_time[me]
         t = 0
+        clock = time.perf_counter
+        loop_start = clock()
         try:
             while True:
+                t0 = clock()
                 if not self._predict():
                     return
+                t1 = clock()
+                times[sb.A_T_PREDICT_WAIT] += t1 - t0
                 policy = sh.policy[me]
                 value = sh.value[me]
                 stopping = bool(sh.stop[me])
@@ -89,6 +96,7 @@ class ProcessAgent:
                                       versions, value):
                         return
                     t = 0
+                    times[sb.A_T_SEND] += clock() - t1
                 if stopping:
                     return
                 cum = np.cumsum(policy, axis=1)
@@ -101,7 +109,9 @@ class ProcessAgent:
                 logp[t] = np.log(policy[rows, chosen] + 1e-20)
                 versions[t] = sh.version[me]
                 for e, env in enumerate(envs):
+                    t2 = clock()
                     state, reward, term, trunc = env.step(int(chosen[e]))
+                    times[sb.A_T_ENV] += clock() - t2
                     ep_reward[e] += reward
                     ep_length[e] += 1
                     rewards[t, e] = clip_reward(reward, cfg.REWARD_MIN, cfg.REWARD_MAX)
@@ -116,6 +126,8 @@ class ProcessAgent:
                 t += 1
                 sh.agent_steps[me] += envs_n
         finally:
+            times[sb.A_T_TOTAL] += clock() - loop_start
+            times[sb.A_T_PREPROCESS] += sum(env.preprocess_seconds for env in envs)
             for env in envs:
                 env.close()
 

@@ -54,7 +54,23 @@ C_NA = 10
 C_STEPS_BASE = 11  # agent steps done before this run (resume)
 C_TRAIN_BATCHES = 12  # trainer batches (for the mean training batch)
 C_EPISODES_BASE = 13  # episodes done before this run (resume)
-N_COUNTERS = 16
+# seconds spent by the predictor and trainer threads, summed over threads (the benchmark's --profile)
+C_T_PREDICT_WAIT = 16  # waiting for requests
+C_T_PREDICT_GATHER = 17  # gathering states from shared memory
+C_T_PREDICT_MODEL = 18  # the forward pass
+C_T_PREDICT_REPLY = 19  # writing the replies and waking the agents
+C_T_TRAIN_WAIT = 20  # waiting for rollouts
+C_T_TRAIN_COPY = 21  # copying rollouts out of their slots
+C_T_TRAIN_MODEL = 22  # the training step
+N_COUNTERS = 24
+
+# columns of the per-agent timing rows: seconds spent by each agent process
+A_T_ENV = 0  # emulator step (gymnasium)
+A_T_PREPROCESS = 1  # resize and frame stacking
+A_T_PREDICT_WAIT = 2  # from sending a request to its reply (transport + batching + forward pass)
+A_T_SEND = 3  # returns, copy into a slot, waiting for a free slot
+A_T_TOTAL = 4  # wall time of the agent's loop
+N_AGENT_TIMES = 5
 
 
 @dataclass(frozen=True)
@@ -72,7 +88,7 @@ class Layout:
     def nbytes(self) -> int:
         """Bytes of shared memory the layout needs."""
         item = np.dtype(self.state_dtype).itemsize * int(np.prod(self.state_shape))
-        per_agent = self.envs * item + self.envs * (self.num_actions + 1) * 4 + 16
+        per_agent = self.envs * item + self.envs * (self.num_actions + 1) * 4 + 24 + 8 * N_AGENT_TIMES
         per_slot = (self.time_max + 1) * self.envs * item + self.time_max * self.envs * (8 + 4 * 4 + 8 + 2) + 8
         return self.max_agents * per_agent + self.slots * per_slot + N_COUNTERS * 8
 
@@ -88,7 +104,7 @@ class SharedBuffers:
     """The shared arrays. Created in the main process and handed to every agent at its start (spawn-safe)."""
 
     NAMES = (
-        "obs", "policy", "value", "version", "agent_steps", "stop",
+        "obs", "policy", "value", "version", "agent_steps", "agent_time", "stop",
         "exp_states", "exp_actions", "exp_returns", "exp_rewards", "exp_done", "exp_logp", "exp_version",
         "counters",
     )
@@ -110,6 +126,7 @@ class SharedBuffers:
             "value": ((a, e), np.float32),
             "version": ((a,), np.int64),
             "agent_steps": ((a,), np.int64),
+            "agent_time": ((a, N_AGENT_TIMES), np.float64),
             "stop": ((a,), np.uint8),
             # slot states: T steps plus the bootstrap state after them (V-trace needs it)
             "exp_states": ((n, t + 1, e) + s, layout.state_dtype),

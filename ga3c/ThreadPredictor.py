@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import select
 import threading
+import time
 
 import numpy as np
 import torch
@@ -40,7 +41,10 @@ class ThreadPredictor(threading.Thread):
         staging = torch.empty((max_requests, envs) + state_shape, dtype=obs.dtype,
                               pin_memory=srv.device.type == "cuda")
         fd = srv.request_fd
+        clock = time.perf_counter
+        c = sh.counters
         while not self.exit_flag:
+            t0 = clock()
             with srv.request_lock:
                 if not select.select([fd], [], [], 0.05)[0]:
                     continue
@@ -48,16 +52,24 @@ class ThreadPredictor(threading.Thread):
                     data = os.read(fd, sb.REQUEST.size * max_requests)
                 except BlockingIOError:
                     continue
+            t1 = clock()
             ids = np.frombuffer(data, dtype="<i4").astype(np.int64)
             n = len(ids)
             batch = staging[:n]
             torch.index_select(obs, 0, torch.from_numpy(ids), out=batch)
+            t2 = clock()
             policy, value = srv.network.predict(batch.view((n * envs,) + state_shape))
+            t3 = clock()
             sh.policy[ids] = policy.numpy().reshape(n, envs, -1)
             sh.value[ids] = value.numpy().reshape(n, envs)
             sh.version[ids] = srv.network.version
             for agent_id in ids:
                 srv.reply(int(agent_id))
+            t4 = clock()
             with srv.counter_lock:
-                sh.counters[sb.C_PREDICTIONS] += n * envs
-                sh.counters[sb.C_PREDICT_BATCHES] += 1
+                c[sb.C_PREDICTIONS] += n * envs
+                c[sb.C_PREDICT_BATCHES] += 1
+                c[sb.C_T_PREDICT_WAIT] += t1 - t0
+                c[sb.C_T_PREDICT_GATHER] += t2 - t1
+                c[sb.C_T_PREDICT_MODEL] += t3 - t2
+                c[sb.C_T_PREDICT_REPLY] += t4 - t3

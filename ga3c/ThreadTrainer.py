@@ -10,6 +10,7 @@ is counted here, and with MAX_POLICY_LAG experience older than that is dropped a
 from __future__ import annotations
 
 import threading
+import time
 
 import numpy as np
 import torch
@@ -41,10 +42,16 @@ class ThreadTrainer(threading.Thread):
         returns = torch.empty(capacity, dtype=torch.float32, pin_memory=pin)
         states_np, actions_np, returns_np = states.numpy(), actions.numpy(), returns.numpy()
         versions = np.empty(capacity, dtype=np.int64)
+        clock = time.perf_counter
         while True:
             n = 0
+            wait = copy = 0.0
+            t0 = clock()
             while n <= cfg.TRAINING_MIN_BATCH_SIZE:
                 record = srv.next_experience(wait=not self.exit_flag)
+                t1 = clock()
+                wait += t1 - t0
+                t0 = t1
                 if record is None:
                     if self.exit_flag:
                         break
@@ -58,9 +65,15 @@ class ThreadTrainer(threading.Thread):
                 versions[n:end] = sh.exp_version[slot, :steps].reshape(count)
                 srv.release_slot(slot)
                 n = end
+                t0 = clock()
+                copy += t0 - t1
             if n:
                 self._train(states, actions, returns, versions, n)
-            elif self.exit_flag:
+            with srv.counter_lock:
+                sh.counters[sb.C_T_TRAIN_WAIT] += wait
+                sh.counters[sb.C_T_TRAIN_COPY] += copy
+                sh.counters[sb.C_T_TRAIN_MODEL] += clock() - t0
+            if not n and self.exit_flag:
                 return
 
     def _train(self, states, actions, returns, versions, n: int) -> None:
