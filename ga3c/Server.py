@@ -37,6 +37,8 @@ from ga3c.ThreadTrainer import ThreadTrainer
 log = logging.getLogger("ga3c")
 
 AGENT_STOP_SECONDS = 5.0  # time the agents get to send their last rollouts before they are killed
+AGENT_DEATH_WINDOW = 60  # seconds; more than AGENT_DEATHS_ALLOWED agent deaths in it stop the run (a crash loop)
+AGENT_DEATHS_ALLOWED = 10
 
 
 def check_writable(folder: str, setting: str) -> None:
@@ -137,6 +139,7 @@ class Server:
         self.agents: dict[int, tuple] = {}  # id -> (process, reply writer)
         self.retiring: dict[int, tuple] = {}  # agents told to stop, not yet exited
         self.incarnations = 0
+        self.agent_deaths: list[float] = []
         self.reply_fds: list[int] = [-1] * cfg.MAX_AGENTS
         self.predictors: list[ThreadPredictor] = []
         self.trainers: list[ThreadTrainer] = []
@@ -288,10 +291,19 @@ class Server:
                 return
             for agent_id, (proc, writer) in list(self.agents.items()):
                 if proc.exitcode is not None:
-                    log.warning("agent %d exited with code %s; starting a replacement", agent_id, proc.exitcode)
                     proc.join()
                     writer.close()
                     del self.agents[agent_id]
+                    now = time.time()
+                    self.agent_deaths = [t for t in self.agent_deaths if now - t < AGENT_DEATH_WINDOW] + [now]
+                    if len(self.agent_deaths) > AGENT_DEATHS_ALLOWED:
+                        log.error("agent %d exited with code %s, the %d-th agent death in %d s: agents cannot run "
+                                  "(see the errors above); stopping", agent_id, proc.exitcode,
+                                  len(self.agent_deaths), AGENT_DEATH_WINDOW)
+                        self.failed = True
+                        self.request_stop("agents keep dying")
+                        return
+                    log.warning("agent %d exited with code %s; starting a replacement", agent_id, proc.exitcode)
                     self.add_agent()
 
     def main(self) -> int:

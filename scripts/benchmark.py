@@ -1,0 +1,247 @@
+"""Throughput benchmark: the environments alone, then a real GA3C training run, side by side in one invocation.
+
+    python scripts/benchmark.py --config configs/cpu.toml [--game PongDeterministic-v4] [--seconds 60]
+                                [--warmup 15] [--env-seconds 20] [--dynamic] [--profile] [KEY=VALUE ...]
+
+(1) env-only: the same number of agent processes, each stepping ENVS_PER_AGENT environments with random actions
+and the same preprocessing, no model: the ceiling. (2) a real training run (the Server, its agents, predictors
+and trainers) measured over `--seconds` after `--warmup`. Prints a table and, as its last line, one JSON object.
+With --profile it also prints where the time goes in each component. --dynamic runs with dynamic adjustment and
+reports the NT/NP/NA it settled on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import multiprocessing as mp
+import os
+import sys
+import tempfile
+import threading
+import time
+
+import numpy as np
+
+from ga3c import SharedBuffers as sb
+from ga3c.errors import ConfigError
+from ga3c.settings import parse_settings
+
+
+def _env_worker(cfg, seed: int, seconds: float, counter, start_event) -> None:
+    """Steps ENVS_PER_AGENT environments with random actions, as an agent would without a model."""
+    from ga3c.Environment import Environment
+
+    envs = [Environment(cfg, seed=seed + e) for e in range(cfg.ENVS_PER_AGENT)]
+    for env in envs:
+        env.reset()
+    rng = np.random.default_rng(seed)
+    start_event.wait()
+    steps = 0
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        actions = rng.integers(0, envs[0].num_actions, size=len(envs))
+        for env, action in zip(envs, actions, strict=True):
+            _, _, term, trunc = env.step(int(action))
+            if term or trunc:
+                env.reset()
+        steps += len(envs)
+    with counter.get_lock():
+        counter.value += steps
+
+
+def env_only(cfg, agents: int, seconds: float) -> float:
+    """Agent steps per second of `agents` processes that only step their environments."""
+    ctx = mp.get_context("spawn")
+    counter = ctx.Value("q", 0)
+    start = ctx.Event()
+    procs = [ctx.Process(target=_env_worker, args=(cfg, cfg.SEED + 1000 * i, seconds, counter, start), daemon=True)
+             for i in range(agents)]
+    for p in procs:
+        p.start()
+    time.sleep(2.0 + 0.1 * agents)  # let every process import and create its environments
+    t0 = time.perf_counter()
+    start.set()
+    for p in procs:
+        p.join(timeout=seconds + 60)
+    elapsed = time.perf_counter() - t0
+    for p in procs:
+        if p.is_alive():
+            p.kill()
+    return counter.value / max(elapsed, seconds)
+
+
+def rss_mb(pid: int) -> float:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+class Probe(threading.Thread):
+    """Samples the server's counters at the end of the warm-up and of the window, and the processes' RSS."""
+
+    def __init__(self, server, warmup: float, seconds: float) -> None:
+        super().__init__(daemon=True)
+        self.server, self.warmup, self.seconds = server, warmup, seconds
+        self.peak_total = 0.0
+        self.peak_agent = 0.0
+        self.first = self.last = None
+
+    def snapshot(self) -> dict:
+        srv = self.server
+        sh = srv.shared
+        return {"t": time.perf_counter(), "steps": float(sh.agent_steps.sum()), "counters": sh.counters.copy(),
+                "agent_time": sh.agent_time.sum(axis=0).copy(), "counts": srv.counts()}
+
+    def sample_rss(self) -> None:
+        srv = self.server
+        agents = [rss_mb(proc.pid) for proc, _ in list(srv.agents.values())]
+        total = rss_mb(os.getpid()) + sum(agents) + (rss_mb(srv.stats.pid) if srv.stats.pid else 0.0)
+        self.peak_total = max(self.peak_total, total)
+        if agents:
+            self.peak_agent = max(self.peak_agent, max(agents))
+
+    def run(self) -> None:
+        start = time.perf_counter()
+        while time.perf_counter() - start < self.warmup:
+            self.sample_rss()
+            time.sleep(0.5)
+        self.first = self.snapshot()
+        while time.perf_counter() - start < self.warmup + self.seconds:
+            self.sample_rss()
+            time.sleep(0.5)
+        self.last = self.snapshot()
+        self.server.request_stop("benchmark window over")
+
+
+def profile_table(a: dict, b: dict, frames_per_step: int) -> list[str]:
+    """Where the time went during the window, in microseconds of each component per agent step."""
+    steps = max(b["steps"] - a["steps"], 1.0)
+    at = b["agent_time"] - a["agent_time"]
+    c = b["counters"] - a["counters"]
+    env, pre, wait, send, total = (at[sb.A_T_ENV], at[sb.A_T_PREPROCESS], at[sb.A_T_PREDICT_WAIT], at[sb.A_T_SEND],
+                                   at[sb.A_T_TOTAL])
+    # agents add their loop time when they exit, so the window's "other" is derived from the wall time instead
+    agents = b["counts"][2]
+    wall = (b["t"] - a["t"]) * agents
+    rows = [
+        ("agents", "emulator (gymnasium step)", env - pre),
+        ("agents", "preprocessing (resize, stack)", pre),
+        ("agents", "waiting for predictions", wait),
+        ("agents", "returns + slot copy + slot wait", send),
+        ("agents", "other (sampling, bookkeeping)", max(wall - env - wait - send, 0.0)),
+        ("predictors", "waiting for requests", c[sb.C_T_PREDICT_WAIT]),
+        ("predictors", "gathering states", c[sb.C_T_PREDICT_GATHER]),
+        ("predictors", "forward pass", c[sb.C_T_PREDICT_MODEL]),
+        ("predictors", "replies", c[sb.C_T_PREDICT_REPLY]),
+        ("trainers", "waiting for rollouts", c[sb.C_T_TRAIN_WAIT]),
+        ("trainers", "copying rollouts", c[sb.C_T_TRAIN_COPY]),
+        ("trainers", "training step", c[sb.C_T_TRAIN_MODEL]),
+    ]
+    del total  # the agents' own loop totals arrive only when they exit
+    lines = [f"{'component':<11} {'where':<34} {'us/step':>9} {'share':>7}"]
+    groups: dict[str, float] = {}
+    for group, _, seconds in rows:
+        groups[group] = groups.get(group, 0.0) + seconds
+    for group, where, seconds in rows:
+        share = seconds / groups[group] if groups[group] else 0.0
+        lines.append(f"{group:<11} {where:<34} {1e6 * seconds / steps:9.1f} {100 * share:6.1f}%")
+    lines.append(f"(thread and process times are summed over {agents} agents and the threads of each kind; "
+                 f"1 step = {frames_per_step} frames)")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", action="append", default=[], help="a preset (configs/*.toml); repeatable")
+    parser.add_argument("--game", help="the game id (ATARI_GAME)")
+    parser.add_argument("--seconds", type=float, default=60.0, help="measured training window (s)")
+    parser.add_argument("--warmup", type=float, default=15.0, help="training time before the window (s)")
+    parser.add_argument("--env-seconds", type=float, default=20.0, help="env-only measurement (s)")
+    parser.add_argument("--dynamic", action="store_true", help="run with dynamic adjustment")
+    parser.add_argument("--profile", action="store_true", help="show where the time goes, per component")
+    parser.add_argument("--skip-env-only", action="store_true", help="measure the training run only")
+    parser.add_argument("settings", nargs="*", help="KEY=VALUE settings, as for training")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="[%(asctime)s] %(message)s", datefmt="%H:%M:%S")
+
+    overrides = [f"--config={path}" for path in args.config]
+    if args.game:
+        overrides.append(f"ATARI_GAME={args.game}")
+    overrides += ["SAVE_MODELS=False", "TENSORBOARD=False", "EPISODES=100000000", "PRINT_STATS_FREQUENCY=1000000",
+                  f"DYNAMIC_SETTINGS={args.dynamic}",
+                  "RESULTS_FILENAME=" + os.path.join(tempfile.mkdtemp(prefix="ga3c-bench-"), "results.txt")]
+    try:
+        cfg = parse_settings(overrides + list(args.settings))
+    except ConfigError as exc:
+        print(f"benchmark: error: {exc}", file=sys.stderr)
+        return 2
+
+    from ga3c.Server import Server
+
+    env_rate = None
+    if not args.skip_env_only:
+        print(f"[1/2] env-only: {cfg.AGENTS} agents x {cfg.ENVS_PER_AGENT} envs, random actions, "
+              f"{args.env_seconds:.0f} s", flush=True)
+        env_rate = env_only(cfg, cfg.AGENTS, args.env_seconds)
+    print(f"[2/2] training: {args.warmup:.0f} s warm-up, then {args.seconds:.0f} s measured", flush=True)
+    server = Server(cfg)
+    probe = Probe(server, args.warmup, args.seconds)
+    probe.start()
+    status = server.main()
+    probe.join(timeout=5)
+    if status != 0 or probe.last is None:
+        print("benchmark: the training run ended early", file=sys.stderr)
+        return 1
+    a, b = probe.first, probe.last
+    dt = b["t"] - a["t"]
+    c = b["counters"] - a["counters"]
+    steps_rate = (b["steps"] - a["steps"]) / dt
+    nt, np_, na = b["counts"]
+    result = {
+        "game": server.game_id,
+        "env_only_steps_per_s": round(env_rate, 1) if env_rate is not None else None,
+        "train_steps_per_s": round(steps_rate, 1),
+        "train_frames_per_s": round(steps_rate * server.frames_per_step, 1),
+        "ratio": round(steps_rate / env_rate, 3) if env_rate else None,
+        "pps": round(c[sb.C_PREDICTIONS] / dt, 1),
+        "tps": round(c[sb.C_UPDATES] / dt, 2),
+        "trained_samples_per_s": round(c[sb.C_TRAINED] / dt, 1),
+        "mean_batch_predict": round(c[sb.C_PREDICTIONS] / max(c[sb.C_PREDICT_BATCHES], 1), 2),
+        "mean_batch_train": round(c[sb.C_TRAINED] / max(c[sb.C_TRAIN_BATCHES], 1), 2),
+        "policy_lag_mean": round(c[sb.C_LAG_SUM] / max(c[sb.C_TRAINED], 1), 2),
+        "peak_rss_mb_total": round(probe.peak_total, 1),
+        "peak_rss_mb_per_agent": round(probe.peak_agent, 1),
+        "seconds": round(dt, 1),
+        "NT": nt, "NP": np_, "NA": na,
+        "ENVS_PER_AGENT": cfg.ENVS_PER_AGENT,
+        "TRAINING_MIN_BATCH_SIZE": cfg.TRAINING_MIN_BATCH_SIZE,
+        "PRECISION": cfg.PRECISION,
+        "TORCH_THREADS": cfg.TORCH_THREADS,
+        "dynamic": args.dynamic,
+        "device": str(server.device),
+        "cpus": os.cpu_count(),
+    }
+    print()
+    print(f"{'measure':<26} {'value':>12}")
+    for key in ("env_only_steps_per_s", "train_steps_per_s", "train_frames_per_s", "ratio", "pps", "tps",
+                "mean_batch_predict", "mean_batch_train", "policy_lag_mean", "peak_rss_mb_total",
+                "peak_rss_mb_per_agent"):
+        print(f"{key:<26} {result[key] if result[key] is not None else '-':>12}")
+    print(f"{'settings':<26} NT={nt} NP={np_} NA={na} ENVS_PER_AGENT={cfg.ENVS_PER_AGENT} "
+          f"TRAINING_MIN_BATCH_SIZE={cfg.TRAINING_MIN_BATCH_SIZE} PRECISION={cfg.PRECISION} device={server.device}")
+    if args.profile:
+        print()
+        print("\n".join(profile_table(a, b, server.frames_per_step)))
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
