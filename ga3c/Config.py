@@ -57,7 +57,8 @@ class Config:
     # (new) Upper bound on predictor and on trainer threads for the dynamic adjustment
     MAX_PREDICTORS = 8
     MAX_TRAINERS = 8
-    # (new) Threads torch may use for one operation in the main process; 0 = let torch choose
+    # (new) Threads torch may use for one operation in the main process; 0 = auto (1 on a CPU, where the
+    # predictor and trainer threads share the cores with the agents; torch's default on a GPU)
     TORCH_THREADS = 0
     # (new) Arithmetic of the model: 'fp32' (faithful) or 'bf16' (autocast, faster on recent CPUs and GPUs)
     PRECISION = 'fp32'

@@ -29,7 +29,7 @@ from ga3c.errors import ConfigError
 from ga3c.settings import parse_settings
 
 
-def _env_worker(cfg, seed: int, seconds: float, counter, start_event) -> None:
+def _env_worker(cfg, seed: int, seconds: float, counter, ready, start_event) -> None:
     """Steps ENVS_PER_AGENT environments with random actions, as an agent would without a model."""
     from ga3c.Environment import Environment
 
@@ -37,6 +37,8 @@ def _env_worker(cfg, seed: int, seconds: float, counter, start_event) -> None:
     for env in envs:
         env.reset()
     rng = np.random.default_rng(seed)
+    with ready.get_lock():
+        ready.value += 1
     start_event.wait()
     steps = 0
     end = time.perf_counter() + seconds
@@ -55,12 +57,15 @@ def env_only(cfg, agents: int, seconds: float) -> float:
     """Agent steps per second of `agents` processes that only step their environments."""
     ctx = mp.get_context("spawn")
     counter = ctx.Value("q", 0)
+    ready = ctx.Value("i", 0)
     start = ctx.Event()
-    procs = [ctx.Process(target=_env_worker, args=(cfg, cfg.SEED + 1000 * i, seconds, counter, start), daemon=True)
-             for i in range(agents)]
+    procs = [ctx.Process(target=_env_worker, args=(cfg, cfg.SEED + 1000 * i, seconds, counter, ready, start),
+                         daemon=True) for i in range(agents)]
     for p in procs:
         p.start()
-    time.sleep(2.0 + 0.1 * agents)  # let every process import and create its environments
+    deadline = time.time() + 120
+    while ready.value < agents and time.time() < deadline:  # every process has imported and made its envs
+        time.sleep(0.05)
     t0 = time.perf_counter()
     start.set()
     for p in procs:
@@ -108,6 +113,12 @@ class Probe(threading.Thread):
             self.peak_agent = max(self.peak_agent, max(agents))
 
     def run(self) -> None:
+        deadline = time.time() + 180
+        while time.time() < deadline and self.server.stop_reason is None:  # every agent has started stepping
+            ids = list(self.server.agents)
+            if ids and all(self.server.shared.agent_steps[i] > 0 for i in ids):
+                break
+            time.sleep(0.2)
         start = time.perf_counter()
         while time.perf_counter() - start < self.warmup:
             self.sample_rss()
