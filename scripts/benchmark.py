@@ -78,14 +78,18 @@ def env_only(cfg, agents: int, seconds: float) -> float:
 
 
 def rss_mb(pid: int) -> float:
+    """Resident memory of a process without the shared-memory buffers (VmRSS - RssShmem), which every process
+    maps; the total adds them once."""
+    fields = {}
     try:
         with open(f"/proc/{pid}/status") as f:
             for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) / 1024
+                key, _, rest = line.partition(":")
+                if key in ("VmRSS", "RssShmem"):
+                    fields[key] = int(rest.split()[0]) / 1024
     except OSError:
-        pass
-    return 0.0
+        return 0.0
+    return fields.get("VmRSS", 0.0) - fields.get("RssShmem", 0.0)
 
 
 class Probe(threading.Thread):
@@ -107,7 +111,8 @@ class Probe(threading.Thread):
     def sample_rss(self) -> None:
         srv = self.server
         agents = [rss_mb(proc.pid) for proc, _ in list(srv.agents.values())]
-        total = rss_mb(os.getpid()) + sum(agents) + (rss_mb(srv.stats.pid) if srv.stats.pid else 0.0)
+        total = (rss_mb(os.getpid()) + sum(agents) + (rss_mb(srv.stats.pid) if srv.stats.pid else 0.0)
+                 + srv.shared.layout.nbytes() / 2**20)
         self.peak_total = max(self.peak_total, total)
         if agents:
             self.peak_agent = max(self.peak_agent, max(agents))
