@@ -242,6 +242,7 @@ class Player:
         checkpoint = self._find_and_load()
         self._adopt_settings(checkpoint)
         env = Environment(cfg, seed=int(cfg.SEED), render_mode="rgb_array")
+        threads = torch.get_num_threads()
         try:
             meta = make_meta(game_id, env.state_shape, env.num_actions, "cnn" if len(env.state_shape) == 3 else "mlp")
             self._check(checkpoint, meta)
@@ -258,6 +259,7 @@ class Player:
             status = self._play(env, network)
         finally:
             env.close()
+            torch.set_num_threads(threads)
         self._report()
         return status
 
