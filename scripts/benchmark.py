@@ -92,6 +92,32 @@ def rss_mb(pid: int) -> float:
     return fields.get("VmRSS", 0.0) - fields.get("RssShmem", 0.0)
 
 
+def cpu_seconds(path: str) -> float:
+    """utime + stime of a process or thread from its /proc stat file."""
+    try:
+        with open(path) as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_by_component(server) -> dict[str, float]:
+    """CPU seconds used so far by the agents, the stats process, and the main process's threads by kind."""
+    out = {"agents": sum(cpu_seconds(f"/proc/{proc.pid}/stat") for proc, _ in list(server.agents.values()))}
+    out["stats process"] = cpu_seconds(f"/proc/{server.stats.pid}/stat") if server.stats.pid else 0.0
+    kinds = {}
+    for thread in list(server.predictors) + list(server.trainers):
+        if thread.native_id is not None:
+            kinds[thread.native_id] = "predictor threads" if "predictor" in thread.name else "trainer threads"
+    pid = os.getpid()
+    total = cpu_seconds(f"/proc/{pid}/stat")
+    for kind in ("predictor threads", "trainer threads"):
+        out[kind] = sum(cpu_seconds(f"/proc/{pid}/task/{tid}/stat") for tid, k in kinds.items() if k == kind)
+    out["main process, other"] = total - out["predictor threads"] - out["trainer threads"]
+    return out
+
+
 class Probe(threading.Thread):
     """Samples the server's counters at the end of the warm-up and of the window, and the processes' RSS."""
 
@@ -106,7 +132,8 @@ class Probe(threading.Thread):
         srv = self.server
         sh = srv.shared
         return {"t": time.perf_counter(), "steps": float(sh.agent_steps.sum()), "counters": sh.counters.copy(),
-                "agent_time": sh.agent_time.sum(axis=0).copy(), "counts": srv.counts()}
+                "agent_time": sh.agent_time.sum(axis=0).copy(), "counts": srv.counts(),
+                "cpu": cpu_by_component(srv)}
 
     def sample_rss(self) -> None:
         srv = self.server
@@ -168,8 +195,14 @@ def profile_table(a: dict, b: dict, frames_per_step: int) -> list[str]:
     for group, where, seconds in rows:
         share = seconds / groups[group] if groups[group] else 0.0
         lines.append(f"{group:<11} {where:<34} {1e6 * seconds / steps:9.1f} {100 * share:6.1f}%")
-    lines.append(f"(thread and process times are summed over {agents} agents and the threads of each kind; "
+    lines.append(f"(wall times, summed over {agents} agents and over the threads of each kind; "
                  f"1 step = {frames_per_step} frames)")
+    lines.append("")
+    lines.append(f"{'CPU time of':<34} {'us/step':>9} {'cores':>7}")
+    dt = b["t"] - a["t"]
+    for key in b["cpu"]:
+        used = b["cpu"][key] - a["cpu"].get(key, 0.0)
+        lines.append(f"{key:<34} {1e6 * used / steps:9.1f} {used / dt:7.2f}")
     return lines
 
 
