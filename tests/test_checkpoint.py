@@ -62,7 +62,7 @@ def test_round_trip_keeps_predictions_and_optimizer_state(tmp_path):
     b.train(*batch(5), lr=1e-3, beta=0.01)
     for pa, pb in zip(a.model.parameters(), b.model.parameters(), strict=True):
         assert torch.equal(pa, pb)
-    assert b.model.conv1.weight.is_contiguous(memory_format=torch.channels_last)
+    assert b.model.conv2.weight.is_contiguous(memory_format=torch.channels_last)
 
 
 def test_settings_are_stored_weights_only_safe(tmp_path):

@@ -251,7 +251,7 @@ def test_pong_network_parameter_count():
     heads = 256 * 6 + 6 + 256 * 1 + 1
     assert net.num_parameters() == conv1 + conv2 + dense + heads == 1_005_623
     assert net.kind == 'cnn'
-    assert net.model.conv1.weight.is_contiguous(memory_format=torch.channels_last)
+    assert net.model.conv2.weight.is_contiguous(memory_format=torch.channels_last)  # conv1 stays NCHW (faster)
     probs, values = net.predict(torch.zeros(2, 4, 84, 84, dtype=torch.uint8))
     assert probs.shape == (2, 6) and values.shape == (2,)
 
