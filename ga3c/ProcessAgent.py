@@ -4,14 +4,18 @@ Each step it writes its states into its shared observation slot, asks a predicto
 writing its id into the request pipe, waits for one byte on its own reply pipe, samples the actions, and
 steps. Every TIME_MAX steps the next prediction's values bootstrap the n-step returns of the rollout, which
 goes to the trainers through a shared experience slot. When told to stop, it sends the partial rollout it
-holds (so no experience is lost or duplicated) and exits without waiting for the episode to end."""
+holds (so no experience is lost or duplicated) and exits without waiting for the episode to end.
+
+It may also die at any moment (killed, or its environment raises): it notes in shared memory the experience slot
+it is filling, so that the server gives the slot back, and it writes each finished episode into the episode pipe
+with one atomic write, so that its death cannot leave a lock held or a record torn. When the server dies, the
+agent's next read or write of a pipe fails (end of file, broken pipe) and it exits."""
 
 from __future__ import annotations
 
 import os
 import signal
 import time
-from datetime import datetime
 
 import numpy as np
 
@@ -24,7 +28,7 @@ class ProcessAgent:
     """Runs in its own process: see `run`."""
 
     def __init__(self, agent_id: int, incarnation: int, cfg, shared: sb.SharedBuffers, request_conn, reply_conn,
-                 free_conn, experience_conn, stats_queue) -> None:
+                 free_conn, experience_conn, episode_conn) -> None:
         self.id = agent_id
         self.incarnation = incarnation
         self.cfg = cfg
@@ -33,14 +37,14 @@ class ProcessAgent:
         self.reply_fd = reply_conn.fileno()
         self.free_fd = free_conn.fileno()
         self.experience_fd = experience_conn.fileno()
+        self.episode_fd = episode_conn.fileno()
         # keep the connections alive so their file descriptors stay open
-        self._conns = (request_conn, reply_conn, free_conn, experience_conn)
-        self.stats_queue = stats_queue
+        self._conns = (request_conn, reply_conn, free_conn, experience_conn, episode_conn)
 
     def _predict(self) -> bool:
         """Asks for a prediction of the states in the slot; False when the server is gone."""
-        os.write(self.request_fd, sb.REQUEST.pack(self.id))
         try:
+            os.write(self.request_fd, sb.REQUEST.pack(self.id))
             return len(os.read(self.reply_fd, 1)) == 1
         except OSError:
             return False
@@ -57,6 +61,8 @@ class ProcessAgent:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the server, which stops us in order
         signal.signal(signal.SIGTERM, lambda *_: self.shared.stop.__setitem__(self.id, 1))
         cfg, sh, me = self.cfg, self.shared, self.id
+        if sh.stop[me]:  # told to stop while it was starting
+            return
         envs_n, tmax = cfg.ENVS_PER_AGENT, cfg.TIME_MAX
         seed0 = cfg.SEED + 1_000_003 * self.incarnation + me * envs_n
         rng = np.random.default_rng(seed0)
@@ -118,7 +124,8 @@ class ProcessAgent:
                     terminated[t, e] = term
                     truncated[t, e] = trunc and not term
                     if term or trunc:
-                        self.stats_queue.put((datetime.now(), me, float(ep_reward[e]), int(ep_length[e])))
+                        if not self._episode(float(ep_reward[e]), int(ep_length[e])):
+                            return
                         ep_reward[e] = 0.0
                         ep_length[e] = 0
                         state = env.reset()
@@ -131,6 +138,14 @@ class ProcessAgent:
             for env in envs:
                 env.close()
 
+    def _episode(self, reward: float, length: int) -> bool:
+        """Reports a finished episode to the stats process; False when it is gone."""
+        try:
+            os.write(self.episode_fd, sb.EPISODE.pack(time.time(), self.id, reward, length))
+        except OSError:
+            return False
+        return True
+
     def _send(self, n, states, obs, actions, rewards, terminated, truncated, values, logp, versions,
               bootstrap) -> bool:
         """Writes the first n steps of the rollout into a free slot and announces it to the trainers."""
@@ -138,6 +153,8 @@ class ProcessAgent:
         if s is None:
             return False
         sh = self.shared
+        sh.agent_slot[self.id] = s  # before the count: a death between the two then leaks, never frees twice
+        sh.agent_taken[self.id] += 1
         returns = n_step_returns(rewards[:n], terminated[:n], truncated[:n], values[:n], bootstrap,
                                  self.cfg.DISCOUNT)
         sh.exp_states[s, :n] = states[:n]
@@ -148,7 +165,11 @@ class ProcessAgent:
         sh.exp_done[s, :n] = terminated[:n]
         sh.exp_logp[s, :n] = logp[:n]
         sh.exp_version[s, :n] = versions[:n]
-        os.write(self.experience_fd, sb.EXPERIENCE.pack(self.id, s, n))
+        try:
+            os.write(self.experience_fd, sb.EXPERIENCE.pack(self.id, s, n))
+        except OSError:
+            return False
+        sh.agent_slot[self.id] = -1
         return True
 
 

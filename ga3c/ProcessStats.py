@@ -5,26 +5,38 @@ written and flushed at once (`YYYY-mm-dd HH:MM:SS, reward, length`), counts it i
 (the server anneals, saves and stops on it), and prints the original's stats line with true counts:
 PPS = states predicted per second, TPS = training updates per second, plus agent frames per second, the policy
 lag and NT/NP/NA. Episodes beyond EPISODES (finished while the run was ending) are not counted.
+
+Two pipes feed it: the episode pipe, where every agent writes fixed-size records (no lock, so an agent killed at
+any moment blocks nobody), and a control connection from the server (training scalars for TensorBoard, and None
+to end). It ends on None after reading every episode the agents sent, and also by itself when the server is gone
+(end of file on the control connection, or a new parent process), so a killed server leaves no stats process.
+A results file that cannot be written (disk full, folder removed) ends it with one error line and status 1,
+which the server sees.
 """
 
 from __future__ import annotations
 
+import fcntl
 import math
-import queue
+import os
+import select
 import signal
 import sys
 import time
 from collections import deque
+from datetime import datetime
 
 from ga3c import SharedBuffers as sb
 
 
 class ProcessStats:
-    def __init__(self, cfg, shared: sb.SharedBuffers, stats_queue, start_time: float, frames_per_step: int,
-                 results_path: str) -> None:
+    def __init__(self, cfg, shared: sb.SharedBuffers, episode_conn, control_conn, parent_pid: int, start_time: float,
+                 frames_per_step: int, results_path: str) -> None:
         self.cfg = cfg
         self.shared = shared
-        self.queue = stats_queue
+        self.episode_conn = episode_conn
+        self.control = control_conn
+        self.parent_pid = parent_pid
         self.start_time = start_time
         self.frames_per_step = frames_per_step
         self.results_path = results_path
@@ -34,49 +46,83 @@ class ProcessStats:
 
     def run(self) -> None:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # the server ends us with a sentinel
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         cfg, c = self.cfg, self.shared.counters
         writer = None
         if cfg.TENSORBOARD:
             from torch.utils.tensorboard import SummaryWriter
 
             writer = SummaryWriter(log_dir=cfg.LOG_DIR)
-        window = deque(maxlen=cfg.STAT_ROLLING_MEAN_WINDOW)
-        rolling_sum = 0.0
-        episodes = int(c[sb.C_EPISODES])
-        base_steps = self.total_steps()
-        with open(self.results_path, "a", encoding="utf-8") as results:
-            while True:
-                try:
-                    item = self.queue.get(timeout=1.0)
-                except queue.Empty:
-                    continue
-                if item is None:
-                    break
-                if item[0] == "train":
-                    if writer is not None:
-                        _, step, scalars = item
-                        for key, value in scalars.items():
-                            writer.add_scalar(key, value, step)
-                    continue
-                if episodes >= cfg.EPISODES:
-                    continue
-                when, _agent, reward, length = item
-                results.write(f"{when:%Y-%m-%d %H:%M:%S}, {reward:g}, {length}\n")
-                results.flush()
-                episodes += 1
-                c[sb.C_EPISODES] = episodes
-                if len(window) == window.maxlen:
-                    rolling_sum -= window[0][1]
-                window.append((time.time(), reward, length))
-                rolling_sum += reward
-                steps = self.total_steps()
-                if writer is not None:
-                    writer.add_scalar("episode/score", reward, steps)
-                    writer.add_scalar("episode/length", length, steps)
-                if episodes % cfg.PRINT_STATS_FREQUENCY == 0:
-                    self._print(episodes, reward, rolling_sum / len(window), window, steps, base_steps, writer)
-        if writer is not None:
-            writer.close()
+        self.writer = writer
+        self.window = deque(maxlen=cfg.STAT_ROLLING_MEAN_WINDOW)
+        self.rolling_sum = 0.0
+        self.episodes = int(c[sb.C_EPISODES])
+        self.base_steps = self.total_steps()
+        episode_fd, control_fd = self.episode_conn.fileno(), self.control.fileno()
+        fcntl.fcntl(episode_fd, fcntl.F_SETFL, fcntl.fcntl(episode_fd, fcntl.F_GETFL) | os.O_NONBLOCK)
+        chunk = sb.EPISODE.size * 256
+        try:
+            with open(self.results_path, "a", encoding="utf-8") as self.results:
+                while True:
+                    ready = select.select([episode_fd, control_fd], [], [], 1.0)[0]
+                    if episode_fd in ready:
+                        self._read_episodes(episode_fd, chunk)
+                    if control_fd in ready:
+                        try:
+                            item = self.control.recv()
+                        except (EOFError, OSError):  # the server is gone
+                            item = None
+                        if item is None:
+                            break
+                        if writer is not None:
+                            _, step, scalars = item
+                            for key, value in scalars.items():
+                                writer.add_scalar(key, value, step)
+                    elif not ready and os.getppid() != self.parent_pid:  # the server was killed
+                        break
+                # every agent has exited (or the server is gone): what is left in the pipe is all there is
+                while self._read_episodes(episode_fd, chunk):
+                    pass
+        except OSError as exc:
+            print(f"ga3c: error: the stats process cannot write {self.results_path!r}: {exc}", file=sys.stderr,
+                  flush=True)
+            sys.exit(1)
+        finally:
+            if writer is not None:
+                writer.close()
+
+    def _read_episodes(self, fd: int, chunk: int) -> bool:
+        """Records the episodes waiting in the pipe; False when none was there."""
+        try:
+            data = os.read(fd, chunk)
+        except BlockingIOError:
+            return False
+        if not data:
+            return False
+        for when, agent, reward, length in sb.EPISODE.iter_unpack(data):
+            self._episode(when, agent, reward, length)
+        return True
+
+    def _episode(self, when: float, _agent: int, reward: float, length: int) -> None:
+        cfg, c = self.cfg, self.shared.counters
+        if self.episodes >= cfg.EPISODES:
+            return
+        self.results.write(f"{datetime.fromtimestamp(when):%Y-%m-%d %H:%M:%S}, {reward:g}, {length}\n")
+        self.results.flush()
+        self.episodes += 1
+        c[sb.C_EPISODES] = self.episodes
+        window = self.window
+        if len(window) == window.maxlen:
+            self.rolling_sum -= window[0][1]
+        window.append((time.time(), reward, length))
+        self.rolling_sum += reward
+        steps = self.total_steps()
+        if self.writer is not None:
+            self.writer.add_scalar("episode/score", reward, steps)
+            self.writer.add_scalar("episode/length", length, steps)
+        if self.episodes % cfg.PRINT_STATS_FREQUENCY == 0:
+            self._print(self.episodes, reward, self.rolling_sum / len(window), window, steps, self.base_steps,
+                        self.writer)
 
     def _print(self, episodes, reward, rscore, window, steps, base_steps, writer) -> None:
         c = self.shared.counters

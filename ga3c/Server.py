@@ -2,10 +2,19 @@
 
 The main loop anneals the learning rate and beta over ANNEALING_EPISODE_COUNT episodes, saves a checkpoint
 every SAVE_FREQUENCY episodes, replaces agent processes that died, and stops at EPISODES, MAX_STEPS or
-MAX_SECONDS, on SIGINT/SIGTERM, or when a predictor or trainer fails. Shutdown goes in an order that loses
-nothing: the agents send their partial rollouts and exit while the predictors and trainers still serve them,
-then the predictors stop, the trainers train on what is left, a final checkpoint is written, and the stats
-process flushes the results file and ends. Every step of it is bounded in time, so nothing hangs.
+MAX_SECONDS, on SIGINT/SIGTERM (from the start of the constructor on), or when a predictor, trainer, the stats
+process or a checkpoint save fails. Shutdown goes in an order that loses nothing: the agents send their partial
+rollouts and exit while the predictors and trainers still serve them, then the predictors stop, the trainers
+train on what is left, the stats process records every episode the agents sent and ends, and a final
+checkpoint (counting exactly the episodes in the results file) is written. Every step of it is bounded in time,
+so nothing hangs.
+
+Faults: an agent that dies (killed, or its environment raised) is noticed at the next tick (50 ms), logged in
+one line and replaced. The experience slot it was filling, if any, is given back (see SharedBuffers), the
+transitions it held and had not sent are counted as `discarded` in the summary, the reply pipe of a dead agent
+is closed only seconds later and its id is not reused for a few seconds (a prediction it had asked for may still
+be answered, and must reach nobody). If the server itself is killed, the agents and the stats process see their
+pipes close and exit; the shared arrays have no name in /dev/shm, so nothing is left behind.
 """
 
 from __future__ import annotations
@@ -14,6 +23,7 @@ import fcntl
 import logging
 import multiprocessing as mp
 import os
+import select
 import signal
 import threading
 import time
@@ -22,7 +32,7 @@ import traceback
 import torch
 
 from ga3c import SharedBuffers as sb
-from ga3c.Checkpoint import check_compatible, find_checkpoint, load_checkpoint, save_checkpoint
+from ga3c.Checkpoint import TMP_SUFFIX, check_compatible, find_checkpoint, load_checkpoint, save_checkpoint
 from ga3c.Environment import probe_environment
 from ga3c.errors import ConfigError
 from ga3c.GameManager import resolve_game_id
@@ -39,6 +49,7 @@ log = logging.getLogger("ga3c")
 AGENT_STOP_SECONDS = 5.0  # time the agents get to send their last rollouts before they are killed
 AGENT_DEATH_WINDOW = 60  # seconds; more than AGENT_DEATHS_ALLOWED agent deaths in it stop the run (a crash loop)
 AGENT_DEATHS_ALLOWED = 10
+DEAD_ID_SECONDS = 5.0  # a dead agent's id and reply pipe stay unused this long (its last request may be answered)
 
 
 def check_writable(folder: str, setting: str) -> None:
@@ -69,16 +80,57 @@ def truncate_results(path: str, episodes: int) -> None:
     os.replace(tmp, path)
 
 
+def remove_stale_temporaries(folder: str, name: str) -> None:
+    """Removes the temporary files of checkpoint saves that a killed run left unfinished."""
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return
+    for entry in names:
+        if entry.startswith(f".{name}_") and entry.endswith(TMP_SUFFIX):
+            try:
+                os.remove(os.path.join(folder, entry))
+                log.info("removed %s, an unfinished checkpoint of an earlier run", os.path.join(folder, entry))
+            except OSError:
+                pass
+
+
 class Server:
     def __init__(self, cfg) -> None:
         self.cfg = cfg
         self.stop_reason: str | None = None
         self.failed = False
+        self._conns: list = []
+        # SIGINT/SIGTERM from here on stop the run cleanly (main() then starts nothing); main() restores them
+        self._old_handlers = {}
+        if threading.current_thread() is threading.main_thread():
+            self._old_handlers = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            self._build(cfg)
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        """Restores the signal handlers and closes the pipes (main() does it; for a Server never run)."""
+        for s, handler in self._old_handlers.items():
+            signal.signal(s, handler)
+        self._old_handlers = {}
+        for conn in self._conns:
+            conn.close()
+
+    def _pipe(self):
+        reader, writer = self.ctx.Pipe(duplex=False)
+        self._conns += [reader, writer]
+        return reader, writer
+
+    def _build(self, cfg) -> None:
         self.game_id, _, note = resolve_game_id(cfg.ATARI_GAME, cfg)
         if note:
             log.info(note)
         if cfg.SAVE_MODELS or cfg.LOAD_CHECKPOINT:
             check_writable(cfg.CHECKPOINT_DIR, "CHECKPOINT_DIR")
+            remove_stale_temporaries(cfg.CHECKPOINT_DIR, cfg.NETWORK_NAME)
         if cfg.TENSORBOARD:
             check_writable(cfg.LOG_DIR, "LOG_DIR")
         check_writable(os.path.dirname(os.path.abspath(cfg.RESULTS_FILENAME)), "RESULTS_FILENAME's folder")
@@ -86,6 +138,7 @@ class Server:
         self.meta = {"game": self.game_id, "state_shape": list(state_shape), "num_actions": int(num_actions),
                      "network": "cnn" if len(state_shape) == 3 else "mlp"}
         self.frames_per_step = cfg.FRAMESKIP if is_atari else 1
+        self.ctx = mp.get_context("spawn")
 
         checkpoint = None
         if cfg.LOAD_CHECKPOINT:
@@ -108,7 +161,6 @@ class Server:
         log.info("model: %s network, %d parameters, on %s, %s", self.meta["network"],
                  self.network.num_parameters(), self.device, cfg.PRECISION)
 
-        self.ctx = mp.get_context("spawn")
         layout = sb.Layout(cfg.MAX_AGENTS, cfg.MAX_QUEUE_SIZE, cfg.ENVS_PER_AGENT, cfg.TIME_MAX, tuple(state_shape),
                            str(state_dtype), int(num_actions))
         self.shared = sb.SharedBuffers(self.ctx, layout)
@@ -117,10 +169,13 @@ class Server:
         c[sb.C_STEPS_BASE] = counters["steps"]
         self.updates_base = int(counters["updates"]) - self.network.version
         self.saved_episodes = int(counters["episodes"])
+        self.saved_version = self.network.version
 
-        self.request_reader, self.request_writer = self.ctx.Pipe(duplex=False)
-        self.experience_reader, self.experience_writer = self.ctx.Pipe(duplex=False)
-        self.free_reader, self.free_writer = self.ctx.Pipe(duplex=False)
+        self.request_reader, self.request_writer = self._pipe()
+        self.experience_reader, self.experience_writer = self._pipe()
+        self.free_reader, self.free_writer = self._pipe()
+        self.episode_reader, self.episode_writer = self._pipe()  # agents -> stats: finished episodes
+        self.control_reader, self.control_writer = self._pipe()  # server -> stats: TensorBoard scalars, the end
         for slot in range(layout.slots):
             os.write(self.free_writer.fileno(), sb.SLOT.pack(slot))
         self.request_fd = self.request_reader.fileno()
@@ -132,38 +187,57 @@ class Server:
         self.counter_lock = threading.Lock()
         self.components_lock = threading.RLock()
 
-        self.stats_queue = self.ctx.Queue()
+        self.control_lock = threading.Lock()
         self.start_time = time.time()
         self.stats = self.ctx.Process(
             target=run_stats, name="ga3c-stats", daemon=True,
-            args=(cfg, self.shared, self.stats_queue, self.start_time, self.frames_per_step, cfg.RESULTS_FILENAME))
+            args=(cfg, self.shared, self.episode_reader, self.control_reader, os.getpid(), self.start_time,
+                  self.frames_per_step, cfg.RESULTS_FILENAME))
+        self.stats_started = False
 
         self.agents: dict[int, tuple] = {}  # id -> (process, reply writer)
         self.retiring: dict[int, tuple] = {}  # agents told to stop, not yet exited
         self.incarnations = 0
         self.agent_deaths: list[float] = []
+        self.deaths = 0  # agents that died in this run
+        self.replacements_due = 0  # dead agents not yet replaced (no id free)
+        self.dead_ids: dict[int, float] = {}  # id of an agent that died -> when it may be used again
+        self.closing: list[tuple[float, object]] = []  # (when, reply writer) of reaped agents, closed later
         self.reply_fds: list[int] = [-1] * cfg.MAX_AGENTS
+        # what the trainers' reader saw of each agent id (all incarnations): rollouts announced, transitions sent
+        self.announced = [0] * cfg.MAX_AGENTS
+        self.sent = [0] * cfg.MAX_AGENTS
+        self.recoveries: dict[int, tuple[int, int, int, int]] = {}  # number -> (agent, slot, slots taken, steps)
+        self.recovery_number = 0
         self.predictors: list[ThreadPredictor] = []
         self.trainers: list[ThreadTrainer] = []
-        self.learning_rate = cfg.LEARNING_RATE_START
-        self.beta = cfg.BETA_START
+        self._anneal()
         self.last_scalars_update = -1
 
     # ------------------------------------------------------------------ components
-    def add_agent(self) -> None:
-        taken = set(self.agents) | set(self.retiring)
-        agent_id = next(i for i in range(self.cfg.MAX_AGENTS) if i not in taken)
+    def add_agent(self) -> bool:
+        """Starts an agent with the lowest free id; False when every id is in use (or was a dead agent's
+        moments ago)."""
+        now = time.time()
+        self.dead_ids = {i: until for i, until in self.dead_ids.items() if until > now}
+        taken = set(self.agents) | set(self.retiring) | set(self.dead_ids)
+        agent_id = next((i for i in range(self.cfg.MAX_AGENTS) if i not in taken), None)
+        if agent_id is None:
+            return False
         self.shared.stop[agent_id] = 0
         reply_reader, reply_writer = self.ctx.Pipe(duplex=False)
         self.incarnations += 1
         proc = self.ctx.Process(
             target=run_agent, name=f"ga3c-agent-{agent_id}", daemon=True,
             args=(agent_id, self.incarnations, self.cfg, self.shared, self.request_writer, reply_reader,
-                  self.free_reader, self.experience_writer, self.stats_queue))
-        proc.start()
-        reply_reader.close()
+                  self.free_reader, self.experience_writer, self.episode_writer))
+        try:
+            proc.start()
+        finally:
+            reply_reader.close()
         self.reply_fds[agent_id] = reply_writer.fileno()
         self.agents[agent_id] = (proc, reply_writer)
+        return True
 
     def remove_agent(self) -> None:
         """Tells the newest agent to send what it holds and exit; it is reaped by the main loop."""
@@ -198,28 +272,78 @@ class Server:
                 self.predictors[-1].start()
             while len(self.predictors) > predictors:
                 self.predictors.pop().exit_flag = True
-            while len(self.agents) < agents:
-                self.add_agent()
+            while len(self.agents) < agents and self.stop_reason is None:
+                if not self.add_agent():
+                    break
             while len(self.agents) > agents:
                 self.remove_agent()
             c = self.shared.counters
             c[sb.C_NT], c[sb.C_NP], c[sb.C_NA] = len(self.trainers), len(self.predictors), len(self.agents)
 
     def next_experience(self, wait: bool) -> tuple[int, int, int] | None:
-        """One rollout record (agent, slot, steps) from the experience pipe, or None (after 50 ms if `wait`)."""
-        import select
-
+        """One rollout record (agent, slot, steps) from the experience pipe, or None (after 50 ms if `wait`).
+        Recovery records of dead agents are handled here and never returned."""
+        envs = self.shared.layout.envs
         with self.experience_lock:
-            if wait and not select.select([self.experience_fd], [], [], 0.05)[0]:
-                return None
-            try:
-                data = os.read(self.experience_fd, sb.EXPERIENCE.size)
-            except BlockingIOError:
-                return None
-        return sb.EXPERIENCE.unpack(data)
+            while True:
+                if wait and not select.select([self.experience_fd], [], [], 0.05)[0]:
+                    return None
+                try:
+                    data = os.read(self.experience_fd, sb.EXPERIENCE.size)
+                except BlockingIOError:
+                    return None
+                if len(data) != sb.EXPERIENCE.size:
+                    return None
+                agent, slot, steps = sb.EXPERIENCE.unpack(data)
+                if agent >= 0:
+                    self.announced[agent] += 1
+                    self.sent[agent] += steps * envs
+                    return agent, slot, steps
+                self._recover(slot)
+
+    def _dead_agent(self, agent_id: int) -> None:
+        """Called once an agent's process has ended: queues the accounting of what it held behind every
+        rollout it announced (see _recover)."""
+        sh = self.shared
+        number = self.recovery_number
+        self.recovery_number += 1
+        self.recoveries[number] = (agent_id, int(sh.agent_slot[agent_id]), int(sh.agent_taken[agent_id]),
+                                   int(sh.agent_steps[agent_id]))
+        sh.agent_slot[agent_id] = -1
+        fd = self.experience_writer.fileno()
+        if select.select([], [fd], [], 1.0)[1]:  # never block the main loop (no trainer left to read)
+            os.write(fd, sb.EXPERIENCE.pack(-1, number, 0))
+        # otherwise it stays in self.recoveries, for _drain_experience
+
+    def _recover(self, number: int) -> None:
+        """A dead agent's recovery record, read after every rollout the agent announced: gives back the slot it
+        took and did not announce, and counts the transitions it held as discarded."""
+        agent_id, slot, taken, steps = self.recoveries.pop(number)
+        c = self.shared.counters
+        if slot >= 0 and self.announced[agent_id] < taken:
+            self.release_slot(slot)
+            with self.counter_lock:
+                c[sb.C_RECOVERED] += 1
+            log.info("agent %d died holding experience slot %d: given back", agent_id, slot)
+        discarded = steps - self.sent[agent_id]
+        self.sent[agent_id], self.announced[agent_id] = steps, taken  # the id's next agent starts even
+        if discarded:
+            with self.counter_lock:
+                c[sb.C_DISCARDED] += discarded
+
+    def _drain_experience(self) -> None:
+        """After the trainers ended: accounts for every record still queued (none, unless a trainer failed)."""
+        left = 0
+        while (record := self.next_experience(wait=False)) is not None:
+            left += record[2] * self.shared.layout.envs
+            self.release_slot(record[1])
+        for number in list(self.recoveries):
+            self._recover(number)
+        if left:
+            log.error("%d transitions were never trained on (no trainer left to take them)", left)
 
     def component_failed(self, name: str, exc: BaseException) -> None:
-        log.error("%s failed, stopping the run:\n%s", name, "".join(traceback.format_exception(exc)))
+        log.error("%s failed, stopping the run:\n%s", name, "".join(traceback.format_exception(exc)).rstrip())
         self.failed = True
         self.request_stop(f"{name} failed")
 
@@ -239,7 +363,14 @@ class Server:
         out.update({"train/learning_rate": self.learning_rate, "train/beta": self.beta,
                     "train/policy_lag_mean": lag_mean, "train/policy_lag_max": lag_max,
                     "train/updates": updates + self.updates_base})
-        self.stats_queue.put(("train", self.total_steps(), out))
+        self._to_stats(("train", self.total_steps(), out))
+
+    def _to_stats(self, item) -> None:
+        with self.control_lock:
+            try:
+                self.control_writer.send(item)
+            except OSError:
+                pass  # the stats process died; the main loop stops the run
 
     # ------------------------------------------------------------------ counters
     def total_steps(self) -> int:
@@ -249,25 +380,45 @@ class Server:
         return int(self.shared.counters[sb.C_EPISODES])
 
     def save(self) -> str:
+        """Writes a checkpoint of now (atomically); raises on failure."""
         episodes = self.episodes()
+        version = self.network.version
         counters = {"episodes": episodes, "steps": self.total_steps(),
                     "updates": self.network.version + self.updates_base}
         path = save_checkpoint(self.cfg.CHECKPOINT_DIR, self.cfg.NETWORK_NAME, episodes, self.network.get_state(),
                                counters, config_to_dict(self.cfg), self.meta)
         self.saved_episodes = episodes
+        self.saved_version = version
         log.info("saved %s", path)
         return path
+
+    def _try_save(self, when: str) -> bool:
+        """save(), turning a failure (disk full, folder read-only or gone) into one error line and a failed run."""
+        try:
+            self.save()
+            return True
+        except Exception as exc:  # noqa: BLE001 - OSError, or torch's RuntimeError from a failed write
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            log.error("the %s checkpoint could not be written to '%s': %s", when, self.cfg.CHECKPOINT_DIR, first)
+            self.failed = True
+            self.request_stop("a checkpoint could not be written")
+            return False
 
     # ------------------------------------------------------------------ main loop
     def _on_signal(self, signum, _frame) -> None:
         self.request_stop(signal.Signals(signum).name)
 
+    def _anneal(self) -> None:
+        """The learning rate and beta of the current episode count (a resumed run continues the schedule)."""
+        cfg = self.cfg
+        progress = min(self.episodes(), cfg.ANNEALING_EPISODE_COUNT) / cfg.ANNEALING_EPISODE_COUNT
+        self.learning_rate = cfg.LEARNING_RATE_START + (cfg.LEARNING_RATE_END - cfg.LEARNING_RATE_START) * progress
+        self.beta = cfg.BETA_START + (cfg.BETA_END - cfg.BETA_START) * progress
+
     def _tick(self) -> None:
         cfg = self.cfg
         episodes = self.episodes()
-        progress = min(episodes, cfg.ANNEALING_EPISODE_COUNT) / cfg.ANNEALING_EPISODE_COUNT
-        self.learning_rate = cfg.LEARNING_RATE_START + (cfg.LEARNING_RATE_END - cfg.LEARNING_RATE_START) * progress
-        self.beta = cfg.BETA_START + (cfg.BETA_END - cfg.BETA_START) * progress
+        self._anneal()
         if episodes >= cfg.EPISODES:
             self.request_stop(f"EPISODES={cfg.EPISODES} reached")
         if cfg.MAX_STEPS and self.total_steps() >= cfg.MAX_STEPS:
@@ -276,26 +427,37 @@ class Server:
             self.request_stop(f"MAX_SECONDS={cfg.MAX_SECONDS} reached")
         if (cfg.SAVE_MODELS and self.stop_reason is None
                 and episodes // cfg.SAVE_FREQUENCY > self.saved_episodes // cfg.SAVE_FREQUENCY):
-            self.save()
-        self._reap_agents()
-        if not self.stats.is_alive() and self.stop_reason is None:
+            self._try_save("periodic")
+        if not self.stats.is_alive() and self.stop_reason is None:  # before the agents, which die with it
+            log.error("the stats process died (exit code %s); stopping", self.stats.exitcode)
             self.failed = True
             self.request_stop("the stats process died")
+        self._reap_agents()
+        now = time.time()
+        while self.closing and self.closing[0][0] <= now:
+            self.closing.pop(0)[1].close()
+
+    def _ended(self, agent_id: int, proc, writer) -> None:
+        """Bookkeeping for an agent process that has ended, whichever way."""
+        proc.join()
+        self.reply_fds[agent_id] = -1
+        self.closing.append((time.time() + DEAD_ID_SECONDS, writer))  # a late reply must not find the fd reused
+        self._dead_agent(agent_id)
 
     def _reap_agents(self) -> None:
         with self.components_lock:
             for agent_id, (proc, writer) in list(self.retiring.items()):
                 if proc.exitcode is not None:
-                    proc.join()
-                    writer.close()
                     del self.retiring[agent_id]
-            if self.stop_reason is not None:
-                return
+                    self._ended(agent_id, proc, writer)
             for agent_id, (proc, writer) in list(self.agents.items()):
                 if proc.exitcode is not None:
-                    proc.join()
-                    writer.close()
                     del self.agents[agent_id]
+                    self._ended(agent_id, proc, writer)
+                    self.dead_ids[agent_id] = time.time() + DEAD_ID_SECONDS
+                    self.deaths += 1
+                    if self.stop_reason is not None:
+                        continue
                     now = time.time()
                     self.agent_deaths = [t for t in self.agent_deaths if now - t < AGENT_DEATH_WINDOW] + [now]
                     if len(self.agent_deaths) > AGENT_DEATHS_ALLOWED:
@@ -304,39 +466,51 @@ class Server:
                                   len(self.agent_deaths), AGENT_DEATH_WINDOW)
                         self.failed = True
                         self.request_stop("agents keep dying")
-                        return
+                        continue
                     log.warning("agent %d exited with code %s; starting a replacement", agent_id, proc.exitcode)
-                    self.add_agent()
+                    self.replacements_due += 1
+            while self.replacements_due and self.stop_reason is None and self.add_agent():
+                self.replacements_due -= 1
+            c = self.shared.counters
+            c[sb.C_NA] = len(self.agents)
 
     def main(self) -> int:
         """Runs until a stop condition; returns the exit status (0, or 1 when a component failed)."""
-        old_handlers = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
         dynamic = None
         try:
-            self.stats.start()
-            dynamic = ThreadDynamicAdjustment(self)
-            dynamic.start()
+            if self.stop_reason is None:  # not interrupted while it was being built
+                self.stats.start()
+                self.stats_started = True
+                self.episode_reader.close()  # the stats process holds it: its death then breaks the agents' pipe
+                self.control_reader.close()
+                dynamic = ThreadDynamicAdjustment(self)
+                dynamic.start()
             while self.stop_reason is None:
                 time.sleep(0.05)
                 self._tick()
+        except Exception as exc:  # noqa: BLE001 - logged, and the run still ends in order
+            log.error("the server failed, stopping the run:\n%s", "".join(traceback.format_exception(exc)).rstrip())
+            self.failed = True
         finally:
             log.info("stopping: %s", self.stop_reason or "error")
             self.request_stop("shutdown")
-            self._shutdown(dynamic)
-            for s, handler in old_handlers.items():
-                signal.signal(s, handler)
+            try:
+                self._shutdown(dynamic)
+            finally:
+                self.close()
         return 1 if self.failed else 0
 
     def _summary(self) -> None:
         """One line that accounts for every transition the agents produced in this run."""
         c = self.shared.counters
         produced = int(self.shared.agent_steps.sum())
-        trained, dropped = int(c[sb.C_TRAINED]), int(c[sb.C_DROPPED])
+        trained, dropped, discarded = int(c[sb.C_TRAINED]), int(c[sb.C_DROPPED]), int(c[sb.C_DISCARDED])
         seconds = time.time() - self.start_time
         log.info("summary: episodes=%d steps=%d updates=%d seconds=%.1f steps_per_s=%.0f transitions produced=%d "
-                 "trained=%d dropped=%d lost=%d", self.episodes(), self.total_steps(),
-                 self.network.version + self.updates_base, seconds, produced / seconds, produced, trained, dropped,
-                 produced - trained - dropped)
+                 "trained=%d dropped=%d discarded=%d lost=%d agent_deaths=%d slots_recovered=%d", self.episodes(),
+                 self.total_steps(), self.network.version + self.updates_base, seconds, produced / seconds, produced,
+                 trained, dropped, discarded, produced - trained - dropped - discarded, self.deaths,
+                 int(c[sb.C_RECOVERED]))
 
     def _shutdown(self, dynamic) -> None:
         if dynamic is not None:
@@ -345,16 +519,19 @@ class Server:
         with self.components_lock:
             while self.agents:
                 self.remove_agent()
-        deadline = time.time() + AGENT_STOP_SECONDS
+        # an agent ends only after a prediction (and, holding a rollout, a free slot): without a predictor or a
+        # trainer left it cannot, and is killed at once
+        served = any(t.is_alive() for t in self.predictors) and any(t.is_alive() for t in self.trainers)
+        deadline = time.time() + (AGENT_STOP_SECONDS if served else 0.0)
         while self.retiring and time.time() < deadline:
             self._reap_agents()
             time.sleep(0.02)
         for agent_id, (proc, writer) in list(self.retiring.items()):
-            log.warning("agent %d did not stop in time; killing it", agent_id)
-            proc.kill()
-            proc.join(timeout=1)
-            writer.close()
+            if proc.exitcode is None:
+                log.warning("agent %d did not stop in time; killing it", agent_id)
+                proc.kill()
             del self.retiring[agent_id]
+            self._ended(agent_id, proc, writer)
         for thread in self.predictors:
             thread.exit_flag = True
         for thread in self.predictors:
@@ -363,20 +540,18 @@ class Server:
             thread.exit_flag = True
         for thread in self.trainers:
             thread.join(timeout=5)
-        if self.cfg.SAVE_MODELS and self.cfg.TRAIN_MODELS:
-            try:
-                self.save()
-            except OSError as exc:
-                log.error("the final checkpoint could not be written: %s", exc)
-                self.failed = True
-        self.stats_queue.put(None)
-        self.stats.join(timeout=5)
+        self._drain_experience()
+        if self.stats_started:  # every agent has ended: the stats process records what they sent, then ends
+            self._to_stats(None)
+            self.stats.join(timeout=5)
+            if self.stats.is_alive():
+                log.warning("the stats process did not end in time; killing it")
+                self.stats.kill()
+                self.stats.join(timeout=1)
+        changed = self.network.version != self.saved_version or self.episodes() != self.saved_episodes
+        if self.cfg.SAVE_MODELS and self.cfg.TRAIN_MODELS and changed:
+            self._try_save("final")
         self._summary()
-        if self.stats.is_alive():
-            self.stats.kill()
-            self.stats.join(timeout=1)
-        self.stats_queue.close()
-        self.stats_queue.join_thread()
-        for conn in (self.request_reader, self.request_writer, self.experience_reader, self.experience_writer,
-                     self.free_reader, self.free_writer):
-            conn.close()
+        for _, writer in self.closing:
+            writer.close()
+        self.closing = []

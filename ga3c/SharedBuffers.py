@@ -9,6 +9,12 @@ States and experience live in shared arrays; only small fixed-size records trave
   slot's 4-byte index from the free pipe (blocking: this bounds the rollouts waiting for the trainers, the
   original's MAX_QUEUE_SIZE), fills it, and writes a 12-byte record (agent, slot, steps) into the experience
   pipe; a trainer copies the slot out and writes its index back into the free pipe.
+  An agent that dies must not take a slot with it: it notes the slot it took in `agent_slot` (and counts it in
+  `agent_taken`) before filling it, and clears the note once the slot is announced; when the server reaps a dead
+  agent it puts a recovery record (-1 - agent, slot, slots taken) into the experience pipe behind everything the
+  agent wrote, and the reader of that record frees the slot if the agent announced fewer slots than it took.
+- finished episodes: a 28-byte record (time, agent, reward, length) in one pipe that every agent writes to and
+  the stats process reads (one atomic write, no lock: an agent killed at any moment cannot block the others).
 
 Measured on the 2-core CI machine with `scripts/bench_transport.py` (real processes, a batching server thread
 without a model, 4x84x84 uint8 states; four runs on a loaded machine, range of the per-agent round trip):
@@ -38,6 +44,7 @@ from ga3c.errors import ConfigError
 REQUEST = struct.Struct("<i")
 SLOT = struct.Struct("<i")
 EXPERIENCE = struct.Struct("<iii")
+EPISODE = struct.Struct("<didq")  # time.time(), agent, reward, length
 
 # Indices of the shared float64 counters.
 C_EPISODES = 0  # episodes finished (the stats process counts them)
@@ -54,6 +61,8 @@ C_NA = 10
 C_STEPS_BASE = 11  # agent steps done before this run (resume)
 C_TRAIN_BATCHES = 12  # trainer batches (for the mean training batch)
 C_EPISODES_BASE = 13  # episodes done before this run (resume)
+C_DISCARDED = 14  # transitions lost with agents that died (killed, or their environment raised) before sending them
+C_RECOVERED = 15  # experience slots taken by an agent that died before announcing them, given back
 # seconds spent by the predictor and trainer threads, summed over threads (the benchmark's --profile)
 C_T_PREDICT_WAIT = 16  # waiting for requests
 C_T_PREDICT_GATHER = 17  # gathering states from shared memory
@@ -88,7 +97,7 @@ class Layout:
     def nbytes(self) -> int:
         """Bytes of shared memory the layout needs."""
         item = np.dtype(self.state_dtype).itemsize * int(np.prod(self.state_shape))
-        per_agent = self.envs * item + self.envs * (self.num_actions + 1) * 4 + 24 + 8 * N_AGENT_TIMES
+        per_agent = self.envs * item + self.envs * (self.num_actions + 1) * 4 + 36 + 8 * N_AGENT_TIMES
         per_slot = (self.time_max + 1) * self.envs * item + self.time_max * self.envs * (8 + 4 * 4 + 8 + 2) + 8
         return self.max_agents * per_agent + self.slots * per_slot + N_COUNTERS * 8
 
@@ -104,7 +113,7 @@ class SharedBuffers:
     """The shared arrays. Created in the main process and handed to every agent at its start (spawn-safe)."""
 
     NAMES = (
-        "obs", "policy", "value", "version", "agent_steps", "agent_time", "stop",
+        "obs", "policy", "value", "version", "agent_steps", "agent_time", "stop", "agent_slot", "agent_taken",
         "exp_states", "exp_actions", "exp_returns", "exp_rewards", "exp_done", "exp_logp", "exp_version",
         "counters",
     )
@@ -128,6 +137,9 @@ class SharedBuffers:
             "agent_steps": ((a,), np.int64),
             "agent_time": ((a, N_AGENT_TIMES), np.float64),
             "stop": ((a,), np.uint8),
+            # the experience slot an agent has taken and not yet announced (-1: none), and how many it took
+            "agent_slot": ((a,), np.int32),
+            "agent_taken": ((a,), np.int64),
             # slot states: T steps plus the bootstrap state after them (V-trace needs it)
             "exp_states": ((n, t + 1, e) + s, layout.state_dtype),
             "exp_actions": ((n, t, e), np.int64),
@@ -144,6 +156,7 @@ class SharedBuffers:
             self._raw[name], array = _shared(ctx, shape, dtype)
             setattr(self, name, array)
         self._shapes = shapes
+        self.agent_slot[:] = -1
 
     def __getstate__(self) -> dict:
         return {"layout": self.layout, "_raw": self._raw, "_shapes": self._shapes}
