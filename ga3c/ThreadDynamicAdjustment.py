@@ -42,10 +42,15 @@ class ThreadDynamicAdjustment(threading.Thread):
         return (c[sb.C_TRAINED] - before) / cfg.DYNAMIC_SETTINGS_STEP_WAIT
 
     def propose(self, current: tuple[int, int, int]) -> tuple[int, int, int]:
-        """A neighbour of `current`: each count moved by -1, 0 or +1 within [1, limit], not all unchanged."""
+        """A neighbour of `current`: each count moved by -1, 0 or +1 step within [1, limit], not all unchanged.
+
+        Trainers and predictors move by one, as the original; agents by an eighth of their number (at least
+        one), so that a run started with many agents can reach a good count within minutes, not hours."""
+        sizes = (1, 1, max(1, current[2] // 8))
         while True:
             step = self.rng.integers(-1, 2, size=3)
-            candidate = tuple(int(min(max(v + d, 1), hi)) for v, d, hi in zip(current, step, self.limits, strict=True))
+            candidate = tuple(int(min(max(v + d * size, 1), hi))
+                              for v, d, size, hi in zip(current, step, sizes, self.limits, strict=True))
             if candidate != current:
                 return candidate
 
