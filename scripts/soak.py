@@ -1,0 +1,242 @@
+"""Soak test: a long training run with dynamic adjustment on, an agent killed (SIGKILL) every few minutes, and a
+report of memory, throughput and losses at the end.
+
+    .venv/bin/python scripts/soak.py --minutes 30 [--kill-every 180] [--sample-every 10] [--config FILE.toml]
+                                     [--dir FOLDER] [KEY=VALUE ...]
+
+The Server runs in this process (as GA3C.py would run it) with `configs/cpu.toml` (Pong) unless --config says
+otherwise, DYNAMIC_SETTINGS=True, and the run's outputs (results.txt, checkpoints/) in --dir (a fresh folder). A
+monitor thread samples every --sample-every seconds the resident memory of every process of the run, the main
+process, the stats process and each agent, as RssAnon + RssFile from /proc/PID/status: the shared-memory arrays
+(RssShmem) are left out, as they are counted once for the whole run, not per process. It also samples the agent
+steps and trained transitions per second and the trainer/predictor/agent counts.
+
+At the end it prints the memory of each process over time, the throughput over time, and the accounting:
+    transitions: produced = trained + dropped (too old) + discarded (held by a killed agent) + lost (must be 0)
+    episodes: the episode counter vs the lines of results.txt (lost episodes must be 0), and the final checkpoint
+    experience slots: every slot free exactly once at the end (none leaked by a killed agent, none given twice)
+Exit status 0 when nothing was lost, 1 otherwise. A JSON copy of the samples goes to FOLDER/soak.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import json
+import logging
+import os
+import random
+import signal
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+log = logging.getLogger("ga3c.soak")
+
+
+def rss_mb(pid: int) -> float | None:
+    """RssAnon + RssFile of a process, in MiB (shared memory left out); None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            fields = dict(line.split(":", 1) for line in f if line.startswith(("RssAnon", "RssFile")))
+    except OSError:
+        return None
+    return sum(int(v.split()[0]) for v in fields.values()) / 1024
+
+
+class Monitor(threading.Thread):
+    def __init__(self, server, minutes: float, kill_every: float, sample_every: float, seed: int) -> None:
+        super().__init__(name="soak-monitor", daemon=True)
+        self.server = server
+        self.duration = minutes * 60
+        self.kill_every = kill_every
+        self.sample_every = sample_every
+        self.rng = random.Random(seed)
+        self.samples: list[dict] = []
+        self.kills: list[dict] = []
+        self.stop_event = threading.Event()
+
+    def sample(self, start: float, last: dict | None) -> dict:
+        from ga3c import SharedBuffers as sb
+
+        srv = self.server
+        c = srv.shared.counters
+        with srv.components_lock:
+            agents = {agent_id: proc.pid for agent_id, (proc, _) in srv.agents.items()}
+        now = time.time()
+        steps, trained = int(srv.shared.agent_steps.sum()), int(c[sb.C_TRAINED])
+        s = {"t": round(now - start, 1), "main": rss_mb(os.getpid()),
+             "stats": rss_mb(srv.stats.pid) if srv.stats.pid else None,
+             "agents": {str(pid): rss_mb(pid) for pid in agents.values()},
+             "steps": steps, "trained": trained, "episodes": srv.episodes(),
+             "counts": [int(c[sb.C_NT]), int(c[sb.C_NP]), int(c[sb.C_NA])]}
+        if last is not None:
+            dt = max(now - start - last["t"], 1e-9)
+            s["steps_per_s"] = round((steps - last["steps"]) / dt, 1)
+            s["trained_per_s"] = round((trained - last["trained"]) / dt, 1)
+        return s
+
+    def kill_one(self, start: float) -> None:
+        srv = self.server
+        with srv.components_lock:
+            choices = sorted((agent_id, proc.pid) for agent_id, (proc, _) in srv.agents.items())
+        if not choices:
+            return
+        agent_id, pid = self.rng.choice(choices)
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            return
+        self.kills.append({"t": round(time.time() - start, 1), "agent": agent_id, "pid": pid})
+        log.warning("soak: killed agent %d (pid %d)", agent_id, pid)
+
+    def run(self) -> None:
+        start = self.server.start_time
+        next_sample = time.time()
+        next_kill = start + self.kill_every
+        last = None
+        try:
+            while not self.stop_event.wait(max(0.0, min(next_sample, next_kill) - time.time())):
+                now = time.time()
+                if now >= next_sample:
+                    last = self.sample(start, last)
+                    self.samples.append(last)
+                    next_sample += self.sample_every
+                if now >= next_kill:
+                    self.kill_one(start)
+                    next_kill += self.kill_every
+                if now - start >= self.duration:
+                    self.samples.append(self.sample(start, last))
+                    self.server.request_stop(f"soak of {self.duration / 60:g} minutes over")
+                    return
+                if self.server.stop_reason is not None:
+                    return
+        except BaseException as exc:  # noqa: BLE001 - the run must end anyway
+            log.exception("soak monitor failed: %s", exc)
+            self.server.request_stop("soak monitor failed")
+
+
+def watch_free_slots(server) -> list[int]:
+    """Reads the free experience slots out of the free pipe just before the server closes it."""
+    free: list[int] = []
+    close = server.close
+
+    def close_after_reading() -> None:
+        fd = server.free_reader.fileno()
+        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_NONBLOCK)
+        try:
+            while data := os.read(fd, 4096):
+                free.extend(int.from_bytes(data[i:i + 4], "little") for i in range(0, len(data), 4))
+        except BlockingIOError:
+            pass
+        close()
+
+    server.close = close_after_reading
+    return free
+
+
+def report(mon: Monitor, server, free: list[int], results: Path, seconds: float) -> bool:
+    from ga3c import SharedBuffers as sb
+    from ga3c.Checkpoint import find_checkpoint, load_checkpoint
+
+    samples = mon.samples
+    print("\n=== memory (MiB, RssAnon + RssFile; shared memory excluded) ===")
+    print(f"{'t (s)':>8} {'main':>8} {'stats':>8} {'agents':>6} {'agent min':>10} {'agent max':>10} {'agent sum':>10}")
+    for s in samples:
+        a = [v for v in s["agents"].values() if v is not None]
+        print(f"{s['t']:8.0f} {s['main'] or 0:8.1f} {s['stats'] or 0:8.1f} {len(a):6d} {min(a, default=0):10.1f} "
+              f"{max(a, default=0):10.1f} {sum(a):10.1f}")
+    per_pid: dict[str, list[tuple[float, float]]] = {}
+    for s in samples:
+        for pid, v in s["agents"].items():
+            if v is not None:
+                per_pid.setdefault(pid, []).append((s["t"], v))
+    print("each agent process (pid: first -> last MiB over its life):")
+    for pid, series in per_pid.items():
+        print(f"  {pid}: {series[0][1]:.1f} -> {series[-1][1]:.1f} MiB ({series[0][0]:.0f}-{series[-1][0]:.0f} s, "
+              f"max {max(v for _, v in series):.1f})")
+    if samples:
+        first, last = samples[0], samples[-1]
+        print(f"main: {first['main']:.1f} -> {last['main']:.1f} MiB; stats: {first['stats'] or 0:.1f} -> "
+              f"{last['stats'] or 0:.1f} MiB")
+
+    print("\n=== throughput ===")
+    print(f"{'t (s)':>8} {'steps/s':>9} {'trained/s':>10} {'episodes':>9} {'NT NP NA':>10}")
+    for s in samples[1:]:
+        nt, np_, na = s["counts"]
+        print(f"{s['t']:8.0f} {s.get('steps_per_s', 0):9.0f} {s.get('trained_per_s', 0):10.0f} {s['episodes']:9d} "
+              f"{nt:3d}{np_:3d}{na:4d}")
+
+    c = server.shared.counters
+    produced = int(server.shared.agent_steps.sum())
+    trained, dropped, discarded = int(c[sb.C_TRAINED]), int(c[sb.C_DROPPED]), int(c[sb.C_DISCARDED])
+    lost = produced - trained - dropped - discarded
+    lines = results.read_text().splitlines() if results.exists() else []
+    episodes = server.episodes()
+    ckpt_episodes = None
+    if server.cfg.SAVE_MODELS:
+        ckpt = load_checkpoint(find_checkpoint(server.cfg.CHECKPOINT_DIR, server.cfg.NETWORK_NAME))
+        ckpt_episodes = int(ckpt["counters"]["episodes"])
+    slots_ok = sorted(free) == list(range(server.shared.layout.slots))
+    print("\n=== accounting ===")
+    print(f"duration {seconds / 60:.1f} min, {len(mon.kills)} agents killed by the soak, {server.deaths} agent deaths "
+          f"seen by the server, {int(c[sb.C_RECOVERED])} experience slots given back")
+    print(f"transitions: produced={produced} trained={trained} dropped={dropped} discarded={discarded} (held by "
+          f"killed agents) lost={lost}")
+    print(f"episodes: counted={episodes} results lines={len(lines)} lost={episodes - len(lines)} final checkpoint="
+          f"{ckpt_episodes}")
+    print(f"experience slots free at the end: {len(free)} of {server.shared.layout.slots}, each once: {slots_ok}")
+    ok = lost == 0 and episodes == len(lines) and slots_ok and ckpt_episodes in (None, episodes)
+    ok = ok and server.deaths == len(mon.kills)
+    print("RESULT:", "nothing lost" if ok else "LOSSES OR ERRORS (see above)")
+    return ok
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--minutes", type=float, default=30.0)
+    parser.add_argument("--kill-every", type=float, default=180.0, help="seconds between agent kills")
+    parser.add_argument("--sample-every", type=float, default=10.0, help="seconds between samples")
+    parser.add_argument("--config", default=str(REPO / "configs" / "cpu.toml"))
+    parser.add_argument("--dir", default=None, help="output folder (default: a new temporary folder)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("settings", nargs="*", help="KEY=VALUE overrides")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="[%(asctime)s] %(message)s", datefmt="%H:%M:%S")
+
+    from ga3c.errors import ConfigError
+    from ga3c.Server import Server
+    from ga3c.settings import parse_settings
+
+    folder = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="ga3c-soak-"))
+    folder.mkdir(parents=True, exist_ok=True)
+    config = str(Path(args.config).resolve())
+    os.chdir(folder)
+    try:
+        cfg = parse_settings(["--config", config, "DYNAMIC_SETTINGS=True", "EPISODES=100000000",
+                              "PRINT_STATS_FREQUENCY=50", *args.settings])
+        server = Server(cfg)
+    except ConfigError as exc:
+        print(f"ga3c: error: {exc}", file=sys.stderr)
+        return 2
+    log.info("soak: %g minutes in %s, an agent killed every %g s", args.minutes, folder, args.kill_every)
+    free = watch_free_slots(server)
+    mon = Monitor(server, args.minutes, args.kill_every, args.sample_every, args.seed)
+    mon.start()
+    status = server.main()
+    mon.stop_event.set()
+    mon.join(timeout=10)
+    seconds = time.time() - server.start_time
+    (folder / "soak.json").write_text(json.dumps({"samples": mon.samples, "kills": mon.kills}, indent=1))
+    ok = report(mon, server, free, folder / cfg.RESULTS_FILENAME, seconds)
+    print(f"outputs in {folder}")
+    return 0 if ok and status == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
