@@ -5,6 +5,16 @@ and the optimizer step is serialised inside NetworkVP. Each rollout is copied ou
 tensors allocated once, and the slot is released at once, so the agents never wait on a training step.
 Every transition carries the model version that acted on it; the lag (updates between acting and training)
 is counted here, and with MAX_POLICY_LAG experience older than that is dropped and counted.
+
+With POLICY_LAG_CORRECTION='vtrace' (IMPALA's off-policy correction, `ga3c/vtrace.py`) the rollouts stay
+time-major: each is copied with its bootstrap state, and at training time the rollouts of equal length form a
+[T, B] block (B = rollouts x envs; rollouts cut short when an agent stops have their own, shorter, block). The
+current network's logits and values of every state, bootstrap states included, are computed without gradients,
+then the V-trace targets; the training step fits V to vs and uses the V-trace advantages in the policy loss,
+all blocks in one update. MAX_POLICY_LAG then drops, in each rollout, every step up to its last stale one (the
+trace needs a contiguous run of steps up to the bootstrap state): the rest of the rollout is trained on and the
+dropped transitions are counted as in the faithful path. As versions only grow along a rollout, this drops the
+same transitions as the faithful path. The rollouts' own n-step returns are not used by V-trace.
 """
 
 from __future__ import annotations
@@ -16,6 +26,7 @@ import numpy as np
 import torch
 
 from ga3c import SharedBuffers as sb
+from ga3c.vtrace import vtrace_targets
 
 
 class ThreadTrainer(threading.Thread):
@@ -26,7 +37,10 @@ class ThreadTrainer(threading.Thread):
 
     def run(self) -> None:
         try:
-            self._train_loop()
+            if self.server.cfg.POLICY_LAG_CORRECTION == 'vtrace':
+                self._vtrace_loop()
+            else:
+                self._train_loop()
         except BaseException as exc:  # noqa: BLE001 - reported to the server, which stops the run cleanly
             self.server.component_failed(self.name, exc)
 
@@ -103,3 +117,116 @@ class ThreadTrainer(threading.Thread):
                 c[sb.C_LAG_MAX] = max(c[sb.C_LAG_MAX], float(lag.max()))
         if scalars is not None:
             srv.training_scalars(scalars, float(lag.mean()), int(lag.max()))
+
+    # ------------------------------------------------------------------ V-trace
+    def _vtrace_loop(self) -> None:
+        """The loop of `_train_loop`, keeping each rollout whole: [steps + 1, E] states, [steps, E] the rest."""
+        srv, cfg = self.server, self.server.cfg
+        sh = srv.shared
+        lay = sh.layout
+        tmax, envs = lay.time_max, lay.envs
+        # each rollout holds at least one step of every env, and gathering stops once n > TRAINING_MIN_BATCH_SIZE
+        cap = cfg.TRAINING_MIN_BATCH_SIZE // envs + 1
+        buf = dict(
+            states=np.empty((cap, tmax + 1) + sh.exp_states.shape[2:], dtype=sh.exp_states.dtype),
+            actions=np.empty((cap, tmax, envs), dtype=np.int64),
+            rewards=np.empty((cap, tmax, envs), dtype=np.float32),
+            done=np.empty((cap, tmax, envs), dtype=np.uint8),
+            logp=np.empty((cap, tmax, envs), dtype=np.float32),
+            versions=np.empty((cap, tmax, envs), dtype=np.int64),
+        )
+        lengths = np.empty(cap, dtype=np.int64)
+        clock = time.perf_counter
+        while True:
+            n = r = 0
+            wait = copy = 0.0
+            t0 = clock()
+            while n <= cfg.TRAINING_MIN_BATCH_SIZE:
+                record = srv.next_experience(wait=not self.exit_flag)
+                t1 = clock()
+                wait += t1 - t0
+                t0 = t1
+                if record is None:
+                    if self.exit_flag:
+                        break
+                    continue
+                _agent, slot, steps = record
+                buf["states"][r, :steps + 1] = sh.exp_states[slot, :steps + 1]
+                buf["actions"][r, :steps] = sh.exp_actions[slot, :steps]
+                buf["rewards"][r, :steps] = sh.exp_rewards[slot, :steps]
+                buf["done"][r, :steps] = sh.exp_done[slot, :steps]
+                buf["logp"][r, :steps] = sh.exp_logp[slot, :steps]
+                buf["versions"][r, :steps] = sh.exp_version[slot, :steps]
+                srv.release_slot(slot)
+                lengths[r] = steps
+                r += 1
+                n += steps * envs
+                t0 = clock()
+                copy += t0 - t1
+            if n:
+                self._train_vtrace(buf, lengths[:r], n)
+            with srv.counter_lock:
+                sh.counters[sb.C_T_TRAIN_WAIT] += wait
+                sh.counters[sb.C_T_TRAIN_COPY] += copy
+                sh.counters[sb.C_T_TRAIN_MODEL] += clock() - t0
+            if not n and self.exit_flag:
+                return
+
+    def _train_vtrace(self, buf: dict, lengths: np.ndarray, n: int) -> None:
+        srv, cfg = self.server, self.server.cfg
+        sh, net = srv.shared, srv.network
+        rollouts = len(lengths)
+        envs = buf["actions"].shape[2]
+        lag = net.version - buf["versions"][:rollouts]  # [R, T, E]; only the first lengths[i] steps are real
+        starts = np.zeros(rollouts, dtype=np.int64)
+        if cfg.MAX_POLICY_LAG > 0:
+            for i in range(rollouts):
+                stale = np.flatnonzero((lag[i, :lengths[i]] > cfg.MAX_POLICY_LAG).any(axis=1))
+                if stale.size:
+                    starts[i] = stale[-1] + 1
+        kept = lengths - starts
+        dropped = int(starts.sum()) * envs
+        used = n - dropped
+        parts, lags = [], []
+        with torch.no_grad():
+            for m in np.unique(kept).tolist():
+                if m == 0:
+                    continue
+                idx = np.flatnonzero(kept == m)
+                # time-major gather: rows [starts, starts + m] of each rollout, the last one its bootstrap state
+                rows = (starts[idx][None, :] + np.arange(m + 1)[:, None])  # [m + 1, B_r]
+                cols = idx[None, :]
+                width = len(idx) * envs
+                states = torch.from_numpy(buf["states"][cols, rows].reshape((-1,) + buf["states"].shape[3:]))
+                block = {name: torch.from_numpy(buf[name][cols, rows[:m]].reshape(m, width)).to(net.device)
+                         for name in ("actions", "rewards", "done", "logp")}
+                actions = block["actions"]
+                logits, values = net.forward(states)
+                values = values.float().view(m + 1, width)
+                pi, _ = net._policy(logits[:m * width].float())
+                # log mu was computed by the agent as log(policy[a] + 1e-20): the same form for log pi
+                target_logp = torch.log(pi.gather(1, actions.view(-1, 1)).view(m, width) + 1e-20)
+                discounts = cfg.DISCOUNT * (1.0 - block["done"].float())
+                vs, advantages = vtrace_targets(block["logp"], target_logp, block["rewards"], values[:m], values[m],
+                                                discounts, float(cfg.VTRACE_RHO), float(cfg.VTRACE_C))
+                parts.append((states[:m * width], actions.view(-1), vs.view(-1), advantages.view(-1)))
+                lags.append(lag[cols, rows[:m]].reshape(-1))
+        scalars = lag_used = None
+        if used:
+            if len(parts) == 1:
+                states, actions, vs, advantages = parts[0]
+            else:
+                states, actions, vs, advantages = (torch.cat(p) for p in zip(*parts, strict=True))
+            lag_used = np.concatenate(lags)
+            scalars = net.train(states, actions, vs, srv.learning_rate, srv.beta, advantages=advantages)
+        with srv.counter_lock:
+            c = sh.counters
+            c[sb.C_DROPPED] += dropped
+            if used:
+                c[sb.C_UPDATES] += 1
+                c[sb.C_TRAIN_BATCHES] += 1
+                c[sb.C_TRAINED] += used
+                c[sb.C_LAG_SUM] += float(lag_used.sum())
+                c[sb.C_LAG_MAX] = max(c[sb.C_LAG_MAX], float(lag_used.max()))
+        if scalars is not None:
+            srv.training_scalars(scalars, float(lag_used.mean()), int(lag_used.max()))
