@@ -272,6 +272,7 @@ class Server:
                 self.predictors[-1].start()
             while len(self.predictors) > predictors:
                 self.predictors.pop().exit_flag = True
+            self.replacements_due = 0  # the count asked for now includes them
             while len(self.agents) < agents and self.stop_reason is None:
                 if not self.add_agent():
                     break

@@ -46,6 +46,8 @@ def rss_mb(pid: int) -> float | None:
             fields = dict(line.split(":", 1) for line in f if line.startswith(("RssAnon", "RssFile")))
     except OSError:
         return None
+    if not fields:  # a zombie: killed, not yet reaped
+        return None
     return sum(int(v.split()[0]) for v in fields.values()) / 1024
 
 
@@ -101,19 +103,20 @@ class Monitor(threading.Thread):
         next_kill = start + self.kill_every
         last = None
         try:
-            while not self.stop_event.wait(max(0.0, min(next_sample, next_kill) - time.time())):
+            end = start + self.duration
+            while not self.stop_event.wait(max(0.0, min(next_sample, next_kill, end) - time.time())):
                 now = time.time()
                 if now >= next_sample:
                     last = self.sample(start, last)
                     self.samples.append(last)
                     next_sample += self.sample_every
-                if now >= next_kill:
-                    self.kill_one(start)
-                    next_kill += self.kill_every
                 if now - start >= self.duration:
                     self.samples.append(self.sample(start, last))
                     self.server.request_stop(f"soak of {self.duration / 60:g} minutes over")
                     return
+                if now >= next_kill:
+                    self.kill_one(start)
+                    next_kill += self.kill_every
                 if self.server.stop_reason is not None:
                     return
         except BaseException as exc:  # noqa: BLE001 - the run must end anyway
