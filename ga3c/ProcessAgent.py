@@ -163,6 +163,7 @@ class ProcessAgent:
         sh.exp_returns[s, :n] = returns
         sh.exp_rewards[s, :n] = rewards[:n]
         sh.exp_done[s, :n] = terminated[:n]
+        sh.exp_truncated[s, :n] = truncated[:n]
         sh.exp_logp[s, :n] = logp[:n]
         sh.exp_version[s, :n] = versions[:n]
         try:

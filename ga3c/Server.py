@@ -538,6 +538,7 @@ class Server:
         for thread in self.predictors:
             thread.join(timeout=2)
         for thread in self.trainers:
+            thread.drain = True
             thread.exit_flag = True
         for thread in self.trainers:
             thread.join(timeout=5)

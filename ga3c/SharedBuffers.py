@@ -98,7 +98,7 @@ class Layout:
         """Bytes of shared memory the layout needs."""
         item = np.dtype(self.state_dtype).itemsize * int(np.prod(self.state_shape))
         per_agent = self.envs * item + self.envs * (self.num_actions + 1) * 4 + 36 + 8 * N_AGENT_TIMES
-        per_slot = (self.time_max + 1) * self.envs * item + self.time_max * self.envs * (8 + 4 * 4 + 8 + 2) + 8
+        per_slot = (self.time_max + 1) * self.envs * item + self.time_max * self.envs * (8 + 4 * 3 + 8 + 2) + 8
         return self.max_agents * per_agent + self.slots * per_slot + N_COUNTERS * 8
 
 
@@ -114,7 +114,8 @@ class SharedBuffers:
 
     NAMES = (
         "obs", "policy", "value", "version", "agent_steps", "agent_time", "stop", "agent_slot", "agent_taken",
-        "exp_states", "exp_actions", "exp_returns", "exp_rewards", "exp_done", "exp_logp", "exp_version",
+        "exp_states", "exp_actions", "exp_returns", "exp_rewards", "exp_done", "exp_truncated", "exp_logp",
+        "exp_version",
         "counters",
     )
 
@@ -146,6 +147,7 @@ class SharedBuffers:
             "exp_returns": ((n, t, e), np.float32),
             "exp_rewards": ((n, t, e), np.float32),
             "exp_done": ((n, t, e), np.uint8),
+            "exp_truncated": ((n, t, e), np.uint8),  # the episode was cut by a time limit at this step
             "exp_logp": ((n, t, e), np.float32),
             "exp_version": ((n, t, e), np.int64),
             "counters": ((N_COUNTERS,), np.float64),

@@ -33,7 +33,8 @@ class ThreadTrainer(threading.Thread):
     def __init__(self, server, thread_id: int) -> None:
         super().__init__(name=f"trainer-{thread_id}", daemon=True)
         self.server = server
-        self.exit_flag = False
+        self.exit_flag = False  # finish the batch being gathered (without waiting for more), train it, exit
+        self.drain = False  # with exit_flag: train on everything queued before exiting (the run's end)
 
     def run(self) -> None:
         try:
@@ -87,7 +88,7 @@ class ThreadTrainer(threading.Thread):
                 sh.counters[sb.C_T_TRAIN_WAIT] += wait
                 sh.counters[sb.C_T_TRAIN_COPY] += copy
                 sh.counters[sb.C_T_TRAIN_MODEL] += clock() - t0
-            if not n and self.exit_flag:
+            if self.exit_flag and (not n or not self.drain):
                 return
 
     def _train(self, states, actions, returns, versions, n: int) -> None:
@@ -132,6 +133,7 @@ class ThreadTrainer(threading.Thread):
             actions=np.empty((cap, tmax, envs), dtype=np.int64),
             rewards=np.empty((cap, tmax, envs), dtype=np.float32),
             done=np.empty((cap, tmax, envs), dtype=np.uint8),
+            truncated=np.empty((cap, tmax, envs), dtype=np.uint8),
             logp=np.empty((cap, tmax, envs), dtype=np.float32),
             versions=np.empty((cap, tmax, envs), dtype=np.int64),
         )
@@ -155,6 +157,7 @@ class ThreadTrainer(threading.Thread):
                 buf["actions"][r, :steps] = sh.exp_actions[slot, :steps]
                 buf["rewards"][r, :steps] = sh.exp_rewards[slot, :steps]
                 buf["done"][r, :steps] = sh.exp_done[slot, :steps]
+                buf["truncated"][r, :steps] = sh.exp_truncated[slot, :steps]
                 buf["logp"][r, :steps] = sh.exp_logp[slot, :steps]
                 buf["versions"][r, :steps] = sh.exp_version[slot, :steps]
                 srv.release_slot(slot)
@@ -169,7 +172,7 @@ class ThreadTrainer(threading.Thread):
                 sh.counters[sb.C_T_TRAIN_WAIT] += wait
                 sh.counters[sb.C_T_TRAIN_COPY] += copy
                 sh.counters[sb.C_T_TRAIN_MODEL] += clock() - t0
-            if not n and self.exit_flag:
+            if self.exit_flag and (not n or not self.drain):
                 return
 
     def _train_vtrace(self, buf: dict, lengths: np.ndarray, n: int) -> None:
@@ -199,7 +202,7 @@ class ThreadTrainer(threading.Thread):
                 width = len(idx) * envs
                 states = torch.from_numpy(buf["states"][cols, rows].reshape((-1,) + buf["states"].shape[3:]))
                 block = {name: torch.from_numpy(buf[name][cols, rows[:m]].reshape(m, width)).to(net.device)
-                         for name in ("actions", "rewards", "done", "logp")}
+                         for name in ("actions", "rewards", "done", "truncated", "logp")}
                 actions = block["actions"]
                 logits, values = net.forward(states)
                 values = values.float().view(m + 1, width)
@@ -208,7 +211,8 @@ class ThreadTrainer(threading.Thread):
                 target_logp = torch.log(pi.gather(1, actions.view(-1, 1)).view(m, width) + 1e-20)
                 discounts = cfg.DISCOUNT * (1.0 - block["done"].float())
                 vs, advantages = vtrace_targets(block["logp"], target_logp, block["rewards"], values[:m], values[m],
-                                                discounts, float(cfg.VTRACE_RHO), float(cfg.VTRACE_C))
+                                                discounts, float(cfg.VTRACE_RHO), float(cfg.VTRACE_C),
+                                                truncated=block["truncated"].bool())
                 parts.append((states[:m * width], actions.view(-1), vs.view(-1), advantages.view(-1)))
                 lags.append(lag[cols, rows[:m]].reshape(-1))
         scalars = lag_used = None
