@@ -23,3 +23,6 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"ga3c: error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C before the server handles signals (while torch is being imported)
+        print("ga3c: interrupted before training started", file=sys.stderr)
+        return 130
