@@ -171,6 +171,25 @@ class Config:
     VIDEO_PATH = ''
 
     #########################################################################
+    # Cluster (new)
+
+    # '' = every agent on this machine (the GA3C path); 'ray' = also agent groups on a Ray cluster (pip install
+    # ga3c[ray]), each acting with a CPU copy of the policy and sending whole rollouts to the trainers here
+    CLUSTER = ''
+    # Ray address to connect to ('' = the RAY_ADDRESS environment variable if set, else a local Ray instance)
+    RAY_ADDRESS = ''
+    # Agent groups (Ray actors of one CPU each); 0 = one per CPU of the Ray cluster (start the head with
+    # `ray start --head --num-cpus=0` so that the groups run on the other nodes and the head keeps its CPUs)
+    CLUSTER_AGENT_GROUPS = 0
+    # Upper bound on agent groups (set_groups and the dynamic adjustment stay below it)
+    CLUSTER_MAX_AGENT_GROUPS = 64
+    # Environments stepped by each agent group (a multiple of ENVS_PER_AGENT: a group rollout fills
+    # CLUSTER_ENVS_PER_GROUP / ENVS_PER_AGENT experience slots)
+    CLUSTER_ENVS_PER_GROUP = 8
+    # The agent groups take fresh weights every this many training updates
+    WEIGHT_SYNC_UPDATES = 10
+
+    #########################################################################
     # More experimental parameters here
 
     # Minimum policy: mixes a uniform floor into the softmax

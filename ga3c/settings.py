@@ -9,6 +9,7 @@ No torch import here: agent processes import this module.
 from __future__ import annotations
 
 import difflib
+import importlib.util
 import inspect
 import math
 import re
@@ -346,6 +347,22 @@ def validate(cfg: Config, *, sources: Mapping[str, str] | None = None) -> None:
     at_least('PLAY_EPISODES', 1)
     at_least('PLAY_NOOP_MAX', 0)
     _check(0 <= cfg.MIN_POLICY < 1, cfg, 'MIN_POLICY', 'a value in [0, 1)', 'set MIN_POLICY to e.g. 0.0', src)
+
+    one_of('CLUSTER', ('', 'ray'))
+    at_least('CLUSTER_AGENT_GROUPS', 0, '0 = one per CPU of the Ray cluster')
+    at_least('CLUSTER_MAX_AGENT_GROUPS', 1)
+    _check(cfg.CLUSTER_AGENT_GROUPS <= cfg.CLUSTER_MAX_AGENT_GROUPS, cfg, 'CLUSTER_AGENT_GROUPS',
+           f'at most CLUSTER_MAX_AGENT_GROUPS={cfg.CLUSTER_MAX_AGENT_GROUPS}',
+           'lower CLUSTER_AGENT_GROUPS or raise CLUSTER_MAX_AGENT_GROUPS', src)
+    at_least('CLUSTER_ENVS_PER_GROUP', 1)
+    _check(cfg.CLUSTER_ENVS_PER_GROUP % cfg.ENVS_PER_AGENT == 0, cfg, 'CLUSTER_ENVS_PER_GROUP',
+           f'a multiple of ENVS_PER_AGENT={cfg.ENVS_PER_AGENT} (a group rollout fills whole experience slots)',
+           f'set CLUSTER_ENVS_PER_GROUP to e.g. '
+           f'{cfg.ENVS_PER_AGENT * max(cfg.CLUSTER_ENVS_PER_GROUP // cfg.ENVS_PER_AGENT, 1)}', src)
+    at_least('WEIGHT_SYNC_UPDATES', 1)
+    if cfg.CLUSTER == 'ray' and importlib.util.find_spec('ray') is None:
+        raise ConfigError("CLUSTER='ray' needs Ray, which is not installed: pip install 'ga3c[ray]' "
+                          "(or pip install 'ray>=2.9'), or leave CLUSTER empty")
 
 
 def config_to_dict(cfg: Config) -> dict[str, object]:

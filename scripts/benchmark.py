@@ -7,7 +7,9 @@
 and the same preprocessing, no model: the ceiling. (2) a real training run (the Server, its agents, predictors
 and trainers) measured over `--seconds` after `--warmup`. Prints a table and, as its last line, one JSON object.
 With --profile it also prints where the time goes in each component. --dynamic runs with dynamic adjustment and
-reports the NT/NP/NA it settled on.
+reports the NT/NP/NA it settled on. --cluster ray runs the training with CLUSTER=ray (agent groups as Ray actors
+beside the agent processes; a local Ray instance unless RAY_ADDRESS is set) and reports the same JSON, the
+groups' transitions counted with the agents' steps.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import numpy as np
 
 from ga3c import SharedBuffers as sb
 from ga3c.errors import ConfigError
+from ga3c.ray_cluster import cluster_steps  # imports Ray only when the cluster starts
 from ga3c.settings import parse_settings
 
 
@@ -131,7 +134,8 @@ class Probe(threading.Thread):
     def snapshot(self) -> dict:
         srv = self.server
         sh = srv.shared
-        return {"t": time.perf_counter(), "steps": float(sh.agent_steps.sum()), "counters": sh.counters.copy(),
+        return {"t": time.perf_counter(), "steps": float(sh.agent_steps.sum() + cluster_steps(sh)),
+                "cluster_steps": float(cluster_steps(sh)), "counters": sh.counters.copy(),
                 "agent_time": sh.agent_time.sum(axis=0).copy(), "counts": srv.counts(),
                 "cpu": cpu_by_component(srv)}
 
@@ -148,7 +152,10 @@ class Probe(threading.Thread):
         deadline = time.time() + 180
         while time.time() < deadline and self.server.stop_reason is None:  # every agent has started stepping
             ids = list(self.server.agents)
-            if ids and all(self.server.shared.agent_steps[i] > 0 for i in ids):
+            cluster = getattr(self.server, "cluster", None)
+            groups_up = (not self.server.cfg.CLUSTER or cluster is not None and cluster.rollouts > 0
+                         and cluster.live_groups() == cluster.group_count())
+            if ids and all(self.server.shared.agent_steps[i] > 0 for i in ids) and groups_up:
                 break
             time.sleep(0.2)
         start = time.perf_counter()
@@ -216,6 +223,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dynamic", action="store_true", help="run with dynamic adjustment")
     parser.add_argument("--profile", action="store_true", help="show where the time goes, per component")
     parser.add_argument("--skip-env-only", action="store_true", help="measure the training run only")
+    parser.add_argument("--cluster", choices=["ray"], help="train with CLUSTER=ray (agent groups on Ray)")
     parser.add_argument("settings", nargs="*", help="KEY=VALUE settings, as for training")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="[%(asctime)s] %(message)s", datefmt="%H:%M:%S")
@@ -224,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.game:
         overrides.append(f"ATARI_GAME={args.game}")
     overrides += ["SAVE_MODELS=False", "TENSORBOARD=False", "EPISODES=100000000", "PRINT_STATS_FREQUENCY=1000000",
-                  f"DYNAMIC_SETTINGS={args.dynamic}",
+                  f"DYNAMIC_SETTINGS={args.dynamic}", f"CLUSTER={args.cluster or ''}",
                   "RESULTS_FILENAME=" + os.path.join(tempfile.mkdtemp(prefix="ga3c-bench-"), "results.txt")]
     try:
         cfg = parse_settings(overrides + list(args.settings))
@@ -245,6 +253,10 @@ def main(argv: list[str] | None = None) -> int:
     probe.start()
     status = server.main()
     probe.join(timeout=5)
+    cluster = getattr(server, "cluster", None)
+    if cfg.CLUSTER and cluster is None:
+        print("benchmark: this Server does not start the agent groups (no CLUSTER hook)", file=sys.stderr)
+        return 1
     if status != 0 or probe.last is None:
         print("benchmark: the training run ended early", file=sys.stderr)
         return 1
@@ -252,6 +264,7 @@ def main(argv: list[str] | None = None) -> int:
     dt = b["t"] - a["t"]
     c = b["counters"] - a["counters"]
     steps_rate = (b["steps"] - a["steps"]) / dt
+    cluster_steps_rate = (b["cluster_steps"] - a["cluster_steps"]) / dt
     nt, np_, na = b["counts"]
     result = {
         "game": server.game_id,
@@ -274,6 +287,10 @@ def main(argv: list[str] | None = None) -> int:
         "PRECISION": cfg.PRECISION,
         "TORCH_THREADS": cfg.TORCH_THREADS,
         "dynamic": args.dynamic,
+        "cluster": cfg.CLUSTER or None,
+        "groups": cluster.group_count() if cluster is not None else 0,
+        "CLUSTER_ENVS_PER_GROUP": cfg.CLUSTER_ENVS_PER_GROUP if cluster is not None else None,
+        "group_steps_per_s": round(cluster_steps_rate, 1) if cluster is not None else None,
         "device": str(server.device),
         "cpus": os.cpu_count(),
     }
@@ -283,6 +300,9 @@ def main(argv: list[str] | None = None) -> int:
                 "mean_batch_predict", "mean_batch_train", "policy_lag_mean", "peak_rss_mb_total",
                 "peak_rss_mb_per_agent"):
         print(f"{key:<26} {result[key] if result[key] is not None else '-':>12}")
+    if cluster is not None:
+        print(f"{'agent groups (Ray)':<26} {result['groups']} x {cfg.CLUSTER_ENVS_PER_GROUP} envs, "
+              f"{result['group_steps_per_s']} of the steps/s")
     print(f"{'settings':<26} NT={nt} NP={np_} NA={na} ENVS_PER_AGENT={cfg.ENVS_PER_AGENT} "
           f"TRAINING_MIN_BATCH_SIZE={cfg.TRAINING_MIN_BATCH_SIZE} PRECISION={cfg.PRECISION} device={server.device}")
     if args.profile:

@@ -1,0 +1,234 @@
+"""CLUSTER='ray': agent groups as Ray actors feeding the trainers here, on a local Ray instance with 2 CPUs.
+
+Needs Ray (pip install 'ga3c[ray]'). The end-to-end tests run the real Server with its agents, predictors,
+trainers and stats process, plus two agent groups, on CartPole and on Pong; one kills a group's actor (as a node
+death would) and checks that Ray restarts it, that rollouts flow again, and that the accounting stays exact.
+"""
+
+from __future__ import annotations
+
+import inspect
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+import ray
+import torch
+
+from ga3c import SharedBuffers as sb
+from ga3c.errors import ConfigError
+from ga3c.Experience import n_step_returns
+from ga3c.NetworkVP import NetworkVP
+from ga3c.ray_cluster import AgentGroup, ThreadRayAgents, cluster_steps
+from ga3c.settings import parse_settings
+
+
+# ------------------------------------------------------------------------------------------------ no Ray needed
+def test_settings_of_the_cluster():
+    cfg = parse_settings(["CLUSTER=ray", "CLUSTER_AGENT_GROUPS=3", "CLUSTER_ENVS_PER_GROUP=8", "ENVS_PER_AGENT=4",
+                          "WEIGHT_SYNC_UPDATES=5"])
+    assert (cfg.CLUSTER, cfg.CLUSTER_AGENT_GROUPS, cfg.WEIGHT_SYNC_UPDATES) == ("ray", 3, 5)
+    assert parse_settings([]).CLUSTER == ""
+    for bad, match in ((["CLUSTER=dask"], "CLUSTER"), (["CLUSTER_ENVS_PER_GROUP=6", "ENVS_PER_AGENT=4"], "multiple"),
+                       (["CLUSTER_AGENT_GROUPS=9", "CLUSTER_MAX_AGENT_GROUPS=8"], "CLUSTER_MAX_AGENT_GROUPS"),
+                       (["WEIGHT_SYNC_UPDATES=0"], "WEIGHT_SYNC_UPDATES"), (["CLUSTER_AGENT_GROUPS=-1"], "at least")):
+        with pytest.raises(ConfigError, match=match):
+            parse_settings(bad)
+
+
+def test_nothing_imports_ray_without_cluster():
+    code = ("import sys; import ga3c.GA3C, ga3c.Server, ga3c.settings, ga3c.ProcessAgent; "
+            "from ga3c.settings import parse_settings; parse_settings([]); "
+            "assert 'ray' not in sys.modules, 'ray imported'")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def test_agent_group_rollout_matches_an_agent():
+    """One group in-process: shapes, the acting policy's log-probabilities and version, n-step returns with the V
+    bootstrap exactly as ProcessAgent computes them, and the bootstrap state that starts the next rollout."""
+    cfg = parse_settings(["ATARI_GAME=CartPole-v1", "CLUSTER_ENVS_PER_GROUP=3", "TIME_MAX=6", "SEED=3"])
+    group = AgentGroup(cfg, group_id=0, generation=1, state_shape=(4,), num_actions=2)
+    assert group.rollout() is None  # no weights yet
+    net = NetworkVP(cfg, (4,), 2, torch.device("cpu"))
+    weights = {k: v.numpy() for k, v in net.get_state()["model"].items()}
+    first = group.rollout(weights, 7)
+    second = group.rollout()
+    for out in (first, second):
+        assert out["states"].shape == (7, 3, 4) and out["states"].dtype == np.float32
+        assert out["actions"].shape == out["returns"].shape == out["logp"].shape == (6, 3)
+        assert out["version"] == 7 and out["steps"] == 6
+        policy, value = net.predict(torch.from_numpy(out["states"].reshape(-1, 4)))
+        policy, value = policy.numpy().reshape(7, 3, 2), value.numpy().reshape(7, 3)
+        chosen = np.take_along_axis(policy[:6], out["actions"][..., None], axis=2)[..., 0]
+        np.testing.assert_allclose(out["logp"], np.log(chosen + 1e-20), rtol=1e-5, atol=1e-6)
+        expected = n_step_returns(out["rewards"], out["done"].astype(bool), np.zeros((6, 3), bool), value[:6],
+                                  value[6], cfg.DISCOUNT)
+        np.testing.assert_allclose(out["returns"], expected, rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(first["states"][6], second["states"][0])
+    group.close()
+
+
+# ------------------------------------------------------------------------------------------------ on Ray
+@pytest.fixture(scope="module")
+def local_ray():
+    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=200 * 2**20, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+@pytest.fixture
+def cluster_counters(monkeypatch):
+    """The shared counters the groups report to, until SharedBuffers defines them itself."""
+    if not hasattr(sb, "C_CLUSTER_STEPS"):
+        monkeypatch.setattr(sb, "C_CLUSTER_STEPS", sb.N_COUNTERS, raising=False)
+        monkeypatch.setattr(sb, "C_CLUSTER_GROUPS", sb.N_COUNTERS + 1, raising=False)
+        monkeypatch.setattr(sb, "N_COUNTERS", sb.N_COUNTERS + 2)
+
+
+def make_server(cfg):
+    """The Server, with the cluster hook added here for as long as Server.py does not have it itself."""
+    from ga3c.Server import Server
+
+    if "ThreadRayAgents" in inspect.getsource(Server):
+        return Server(cfg)
+
+    class ClusterServer(Server):
+        cluster = None
+
+        def _build(self, cfg) -> None:
+            super()._build(cfg)
+            for counts in (self.announced, self.sent):  # the id MAX_AGENTS is the groups'
+                counts.extend([0] * (cfg.MAX_AGENTS + 1 - len(counts)))
+
+        def _tick(self) -> None:
+            if self.cluster is None and self.stop_reason is None:
+                self.cluster = ThreadRayAgents(self)
+                self.cluster.start()
+            super()._tick()
+
+        def _shutdown(self, dynamic) -> None:
+            if self.cluster is not None:
+                self.cluster.stop()
+            super()._shutdown(dynamic)
+
+    return ClusterServer(cfg)
+
+
+def cluster_cfg(tmp_path, *extra):
+    return parse_settings([
+        "CLUSTER=ray", "AGENTS=1", "MAX_AGENTS=4", "PREDICTORS=1", "TRAINERS=1", "DEVICE=cpu",
+        "DYNAMIC_SETTINGS=false", "CLUSTER_AGENT_GROUPS=2", "CLUSTER_ENVS_PER_GROUP=4", "ENVS_PER_AGENT=2",
+        "MAX_QUEUE_SIZE=16", "SAVE_MODELS=false", f"RESULTS_FILENAME={tmp_path / 'results.txt'}",
+        "PRINT_STATS_FREQUENCY=1000", *extra])
+
+
+def check_accounting(server) -> None:
+    """Every transition produced (agent processes + agent groups) was trained on, dropped or discarded."""
+    c = server.shared.counters
+    produced = int(server.shared.agent_steps.sum()) + cluster_steps(server.shared)
+    assert cluster_steps(server.shared) == server.cluster.steps > 0
+    assert produced == int(c[sb.C_TRAINED] + c[sb.C_DROPPED] + c[sb.C_DISCARDED])
+    lines = (server.cfg.RESULTS_FILENAME and open(server.cfg.RESULTS_FILENAME).read().splitlines())
+    assert len(lines) == server.episodes()
+
+
+def wait_cpus_free(expected: float, timeout: float = 20.0) -> None:
+    """Killed actors give their CPUs back (asynchronously)."""
+    deadline = time.time() + timeout
+    while ray.available_resources().get("CPU", 0) < expected and time.time() < deadline:
+        time.sleep(0.2)
+    assert ray.available_resources().get("CPU", 0) == expected
+
+
+class Running:
+    """The server's main loop in a thread, so that the test can watch it, stop it, and kill a group meanwhile."""
+
+    def __init__(self, cfg) -> None:
+        self.server = None
+        self.status = None
+        self.built = threading.Event()
+        self.thread = threading.Thread(target=self._main, args=(cfg,), daemon=True)
+        self.thread.start()
+        self.built.wait(timeout=120)
+        assert self.server is not None, "the server could not be built"
+
+    def _main(self, cfg) -> None:
+        try:
+            self.server = make_server(cfg)  # built in this thread: it leaves the signal handlers alone
+        finally:
+            self.built.set()
+        self.status = self.server.main()
+
+    def wait_for(self, condition, what: str, timeout: float = 90.0) -> None:
+        deadline = time.time() + timeout
+        while not condition():
+            assert time.time() < deadline, f"timed out waiting for {what}"
+            assert self.thread.is_alive(), f"the server ended while waiting for {what}: {self.server.stop_reason}"
+            time.sleep(0.1)
+
+    def cluster(self) -> ThreadRayAgents:
+        self.wait_for(lambda: self.server.cluster is not None, "the agent groups to start")
+        return self.server.cluster
+
+    def stop(self) -> int:
+        self.server.request_stop("test over")
+        self.thread.join(timeout=60)
+        assert not self.thread.is_alive()
+        return self.status
+
+
+def test_cartpole_end_to_end(local_ray, cluster_counters, tmp_path):
+    cfg = cluster_cfg(tmp_path, "ATARI_GAME=CartPole-v1", "MAX_SECONDS=150", "WEIGHT_SYNC_UPDATES=2",
+                      "TRAINING_MIN_BATCH_SIZE=32")
+    run = Running(cfg)
+    cl = run.cluster()
+    run.wait_for(lambda: cl.live_groups() == 2 and cl.episodes >= 20, "20 episodes from the agent groups")
+    assert run.stop() == 0
+    server = run.server
+    assert cl.rollouts > 0 and cl.weight_pushes >= 2 and cl.lost_rollouts == 0 and cl.failure is None
+    assert cl.steps == cl.rollouts * cfg.TIME_MAX * cfg.CLUSTER_ENVS_PER_GROUP
+    check_accounting(server)
+    c = server.shared.counters
+    assert c[sb.C_UPDATES] > 0
+    assert cl.live_groups() == 0 and not cl.is_alive()
+    wait_cpus_free(2)
+
+
+def test_pong_end_to_end_vtrace(local_ray, cluster_counters, tmp_path):
+    cfg = cluster_cfg(tmp_path, "ATARI_GAME=PongDeterministic-v4", "MAX_SECONDS=170", "POLICY_LAG_CORRECTION=vtrace",
+                      "TRAINING_MIN_BATCH_SIZE=64", "PRECISION=bf16")
+    run = Running(cfg)
+    cl = run.cluster()
+    run.wait_for(lambda: cl.episodes >= 2, "2 Pong episodes from the agent groups", timeout=160)
+    assert run.stop() == 0
+    server = run.server
+    assert cl.lost_rollouts == 0 and cl.failure is None
+    check_accounting(server)
+    scores = [float(line.split(",")[1]) for line in open(cfg.RESULTS_FILENAME)]
+    assert len(scores) >= 2 and all(-21 <= s <= 21 for s in scores)
+    wait_cpus_free(2)
+
+
+def test_killed_group_is_restarted_and_training_goes_on(local_ray, cluster_counters, tmp_path):
+    cfg = cluster_cfg(tmp_path, "ATARI_GAME=CartPole-v1", "MAX_SECONDS=150", "TRAINING_MIN_BATCH_SIZE=32")
+    run = Running(cfg)
+    server = run.server
+    cl = run.cluster()
+    run.wait_for(lambda: cl.live_groups() == 2 and cl.rollouts >= 10, "rollouts from two live groups")
+    victim = cl.groups[0]
+    before = cl.rollouts
+    ray.kill(victim.actor, no_restart=False)  # as a node death: Ray restarts the actor
+    run.wait_for(lambda: cl.restarts >= 1, "the death to be seen")
+    run.wait_for(lambda: victim.live and cl.live_groups() == 2, "the group to be live again")
+    if getattr(sb, "C_CLUSTER_GROUPS", None) is not None:
+        assert server.shared.counters[sb.C_CLUSTER_GROUPS] == 2
+    run.wait_for(lambda: cl.rollouts >= before + 20, "rollouts after the restart")
+    trained = server.shared.counters[sb.C_TRAINED]
+    run.wait_for(lambda: server.shared.counters[sb.C_TRAINED] > trained, "training to go on")
+    assert run.stop() == 0
+    assert cl.restarts >= 1 and cl.failure is None
+    check_accounting(server)
+    wait_cpus_free(2)
