@@ -45,18 +45,15 @@ class ThreadTrainer(threading.Thread):
         except BaseException as exc:  # noqa: BLE001 - reported to the server, which stops the run cleanly
             self.server.component_failed(self.name, exc)
 
-    def _train_loop(self) -> None:
+    def _loop(self, take, train) -> None:
+        """Gathers rollouts until the batch is larger than TRAINING_MIN_BATCH_SIZE, trains, and again.
+
+        `take(slot, steps, n)` copies one rollout out of its slot as the batch's next transitions (n so far);
+        `train(n)` trains on the batch of n transitions. Once told to exit, no more waiting: the batch being
+        gathered is trained on, and with `drain` every record still queued too."""
         srv, cfg = self.server, self.server.cfg
         sh = srv.shared
-        lay = sh.layout
-        state_shape = tuple(lay.state_shape)
-        capacity = cfg.TRAINING_MIN_BATCH_SIZE + lay.time_max * lay.envs
-        pin = srv.device.type == "cuda"
-        states = torch.empty((capacity,) + state_shape, dtype=torch.from_numpy(sh.obs[:0]).dtype, pin_memory=pin)
-        actions = torch.empty(capacity, dtype=torch.int64, pin_memory=pin)
-        returns = torch.empty(capacity, dtype=torch.float32, pin_memory=pin)
-        states_np, actions_np, returns_np = states.numpy(), actions.numpy(), returns.numpy()
-        versions = np.empty(capacity, dtype=np.int64)
+        envs = sh.layout.envs
         clock = time.perf_counter
         while True:
             n = 0
@@ -72,24 +69,42 @@ class ThreadTrainer(threading.Thread):
                         break
                     continue
                 _agent, slot, steps = record
-                count = steps * lay.envs
-                end = n + count
-                states_np[n:end] = sh.exp_states[slot, :steps].reshape((count,) + state_shape)
-                actions_np[n:end] = sh.exp_actions[slot, :steps].reshape(count)
-                returns_np[n:end] = sh.exp_returns[slot, :steps].reshape(count)
-                versions[n:end] = sh.exp_version[slot, :steps].reshape(count)
+                take(slot, steps, n)
                 srv.release_slot(slot)
-                n = end
+                n += steps * envs
                 t0 = clock()
                 copy += t0 - t1
             if n:
-                self._train(states, actions, returns, versions, n)
+                train(n)
             with srv.counter_lock:
                 sh.counters[sb.C_T_TRAIN_WAIT] += wait
                 sh.counters[sb.C_T_TRAIN_COPY] += copy
                 sh.counters[sb.C_T_TRAIN_MODEL] += clock() - t0
             if self.exit_flag and (not n or not self.drain):
                 return
+
+    def _train_loop(self) -> None:
+        srv, cfg = self.server, self.server.cfg
+        sh = srv.shared
+        lay = sh.layout
+        state_shape = tuple(lay.state_shape)
+        capacity = cfg.TRAINING_MIN_BATCH_SIZE + lay.time_max * lay.envs
+        pin = srv.device.type == "cuda"
+        states = torch.empty((capacity,) + state_shape, dtype=torch.from_numpy(sh.obs[:0]).dtype, pin_memory=pin)
+        actions = torch.empty(capacity, dtype=torch.int64, pin_memory=pin)
+        returns = torch.empty(capacity, dtype=torch.float32, pin_memory=pin)
+        states_np, actions_np, returns_np = states.numpy(), actions.numpy(), returns.numpy()
+        versions = np.empty(capacity, dtype=np.int64)
+
+        def take(slot: int, steps: int, n: int) -> None:
+            count = steps * lay.envs
+            end = n + count
+            states_np[n:end] = sh.exp_states[slot, :steps].reshape((count,) + state_shape)
+            actions_np[n:end] = sh.exp_actions[slot, :steps].reshape(count)
+            returns_np[n:end] = sh.exp_returns[slot, :steps].reshape(count)
+            versions[n:end] = sh.exp_version[slot, :steps].reshape(count)
+
+        self._loop(take, lambda n: self._train(states, actions, returns, versions, n))
 
     def _train(self, states, actions, returns, versions, n: int) -> None:
         srv, cfg = self.server, self.server.cfg
@@ -138,42 +153,20 @@ class ThreadTrainer(threading.Thread):
             versions=np.empty((cap, tmax, envs), dtype=np.int64),
         )
         lengths = np.empty(cap, dtype=np.int64)
-        clock = time.perf_counter
-        while True:
-            n = r = 0
-            wait = copy = 0.0
-            t0 = clock()
-            while n <= cfg.TRAINING_MIN_BATCH_SIZE:
-                record = srv.next_experience(wait=not self.exit_flag)
-                t1 = clock()
-                wait += t1 - t0
-                t0 = t1
-                if record is None:
-                    if self.exit_flag:
-                        break
-                    continue
-                _agent, slot, steps = record
-                buf["states"][r, :steps + 1] = sh.exp_states[slot, :steps + 1]
-                buf["actions"][r, :steps] = sh.exp_actions[slot, :steps]
-                buf["rewards"][r, :steps] = sh.exp_rewards[slot, :steps]
-                buf["done"][r, :steps] = sh.exp_done[slot, :steps]
-                buf["truncated"][r, :steps] = sh.exp_truncated[slot, :steps]
-                buf["logp"][r, :steps] = sh.exp_logp[slot, :steps]
-                buf["versions"][r, :steps] = sh.exp_version[slot, :steps]
-                srv.release_slot(slot)
-                lengths[r] = steps
-                r += 1
-                n += steps * envs
-                t0 = clock()
-                copy += t0 - t1
-            if n:
-                self._train_vtrace(buf, lengths[:r], n)
-            with srv.counter_lock:
-                sh.counters[sb.C_T_TRAIN_WAIT] += wait
-                sh.counters[sb.C_T_TRAIN_COPY] += copy
-                sh.counters[sb.C_T_TRAIN_MODEL] += clock() - t0
-            if self.exit_flag and (not n or not self.drain):
-                return
+        names = ("actions", "rewards", "done", "truncated", "logp", "versions")
+        sources = dict(zip(names, (sh.exp_actions, sh.exp_rewards, sh.exp_done, sh.exp_truncated, sh.exp_logp,
+                                   sh.exp_version), strict=True))
+        count = [0]  # rollouts in the batch being gathered
+
+        def take(slot: int, steps: int, n: int) -> None:
+            r = count[0] if n else 0  # n == 0: the first rollout of a new batch
+            buf["states"][r, :steps + 1] = sh.exp_states[slot, :steps + 1]
+            for name in names:
+                buf[name][r, :steps] = sources[name][slot, :steps]
+            lengths[r] = steps
+            count[0] = r + 1
+
+        self._loop(take, lambda n: self._train_vtrace(buf, lengths[:count[0]], n))
 
     def _train_vtrace(self, buf: dict, lengths: np.ndarray, n: int) -> None:
         srv, cfg = self.server, self.server.cfg
