@@ -143,6 +143,32 @@ def watch_free_slots(server) -> list[int]:
     return free
 
 
+def steadiness(samples: list[dict], settle: float = 300.0) -> None:
+    """After the first `settle` seconds: total memory growth (main + stats + agents), and the spread of the
+    throughput averaged over each minute (largest deviation from the median minute)."""
+    later = [s for s in samples if s["t"] >= settle]
+    print("\n=== after the first 5 minutes ===")
+    if len(later) < 2:
+        print("the run was too short to judge")
+        return
+
+    def total(s: dict) -> float:
+        return (s["main"] or 0) + (s["stats"] or 0) + sum(v for v in s["agents"].values() if v is not None)
+
+    growth = (total(later[-1]) - total(later[0])) / total(later[0])
+    print(f"total memory {total(later[0]):.0f} -> {total(later[-1]):.0f} MiB: growth {100 * growth:+.1f}%")
+    minutes: dict[int, list[float]] = {}
+    for s in later[1:]:
+        if "steps_per_s" in s:
+            minutes.setdefault(int(s["t"] // 60), []).append(s["steps_per_s"])
+    rates = sorted(sum(v) / len(v) for v in minutes.values())
+    if rates:
+        median = rates[len(rates) // 2]
+        spread = max(abs(r - median) for r in rates) / median if median else float("inf")
+        print(f"steps/s per minute: median {median:.0f}, min {rates[0]:.0f}, max {rates[-1]:.0f}: largest deviation "
+              f"from the median {100 * spread:.1f}%")
+
+
 def report(mon: Monitor, server, free: list[int], results: Path, seconds: float) -> bool:
     from ga3c import SharedBuffers as sb
     from ga3c.Checkpoint import find_checkpoint, load_checkpoint
@@ -174,6 +200,8 @@ def report(mon: Monitor, server, free: list[int], results: Path, seconds: float)
         nt, np_, na = s["counts"]
         print(f"{s['t']:8.0f} {s.get('steps_per_s', 0):9.0f} {s.get('trained_per_s', 0):10.0f} {s['episodes']:9d} "
               f"{nt:3d}{np_:3d}{na:4d}")
+
+    steadiness(samples)
 
     c = server.shared.counters
     produced = int(server.shared.agent_steps.sum())
