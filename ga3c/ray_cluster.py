@@ -16,8 +16,9 @@ index from the free pipe, the slot filled, an (agent, slot, steps) record into t
 CLUSTER_ENVS_PER_GROUP columns fill CLUSTER_ENVS_PER_GROUP / ENVS_PER_AGENT slots. The records carry the agent id
 MAX_AGENTS, reserved for the groups (no agent process has it). Every WEIGHT_SYNC_UPDATES updates the thread puts
 the model's weights into the object store once and hands the reference to the groups with their next call;
-each group pulls them once. The policy lag this adds is what the trainers report (every transition carries its
-version); POLICY_LAG_CORRECTION='vtrace' corrects it.
+each group pulls them once. The policy lag this adds is in what the trainers report (every transition carries its
+version) and, for the groups alone, in the lag at delivery this thread logs at the end (`mean_lag`, `lag_max`);
+POLICY_LAG_CORRECTION='vtrace' corrects it.
 
 Faults: groups are restartable actors (max_restarts): when a node dies Ray restarts its groups elsewhere; the
 calls that were running on it fail, are counted (`lost_rollouts`) and are sent again to the restarted group with
@@ -220,6 +221,10 @@ class ThreadRayAgents(threading.Thread):
         self.restarts = 0  # group deaths seen (each followed by a Ray restart or a new actor)
         self.weight_pushes = 0
         self.act_seconds = 0.0  # seconds the groups spent producing the delivered rollouts
+        # the policy lag the groups add, seen when a rollout reaches its slots (updates since the weights that
+        # acted; the trainers' lag adds the time in the queue): sum over transitions, and the largest
+        self.lag_sum = 0.0
+        self.lag_max = 0
         self.failure: BaseException | None = None
 
     # ------------------------------------------------------------------ public
@@ -234,6 +239,10 @@ class ThreadRayAgents(threading.Thread):
 
     def live_groups(self) -> int:
         return sum(1 for g in self.groups if g.live)
+
+    def mean_lag(self) -> float:
+        """Mean policy lag of the delivered transitions when they reached their slots (updates)."""
+        return self.lag_sum / self.steps if self.steps else 0.0
 
     def stop(self, timeout: float = STOP_SECONDS) -> None:
         """Delivers the rollouts in flight (while the trainers still run), then kills the groups; bounded in time."""
@@ -258,9 +267,10 @@ class ThreadRayAgents(threading.Thread):
             pass
         if self.started_ray and ray.is_initialized():
             ray.shutdown()
-        log.info("ray agents: %d rollouts, %d transitions, %d episodes delivered; %d rollouts lost with dead "
-                 "groups, %d group restarts, %d weight pushes", self.rollouts, self.steps, self.episodes,
-                 self.lost_rollouts, self.restarts, self.weight_pushes)
+        log.info("ray agents: %d rollouts, %d transitions, %d episodes delivered; policy lag at delivery %.1f "
+                 "mean, %d max; %d rollouts lost with dead groups, %d group restarts, %d weight pushes",
+                 self.rollouts, self.steps, self.episodes, self.mean_lag(), self.lag_max, self.lost_rollouts,
+                 self.restarts, self.weight_pushes)
 
     # ------------------------------------------------------------------ the loop
     def run(self) -> None:
@@ -471,6 +481,9 @@ class ThreadRayAgents(threading.Thread):
             self.lost_rollouts += 1  # told to leave while waiting for slots: the rest is never counted
         self.rollouts += 1
         self.act_seconds += float(out.get("seconds", 0.0))
+        lag = max(srv.network.version - int(out["version"]), 0)
+        self.lag_sum += lag * written * envs * steps
+        self.lag_max = max(self.lag_max, lag)
         for when, reward, length in out["episodes"]:
             self._episode(when, reward, length)
 

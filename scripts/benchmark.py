@@ -291,6 +291,7 @@ def main(argv: list[str] | None = None) -> int:
         "groups": cluster.group_count() if cluster is not None else 0,
         "CLUSTER_ENVS_PER_GROUP": cfg.CLUSTER_ENVS_PER_GROUP if cluster is not None else None,
         "group_steps_per_s": round(cluster_steps_rate, 1) if cluster is not None else None,
+        "group_policy_lag_at_delivery_mean": round(cluster.mean_lag(), 2) if cluster is not None else None,
         "device": str(server.device),
         "cpus": os.cpu_count(),
     }
@@ -302,7 +303,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{key:<26} {result[key] if result[key] is not None else '-':>12}")
     if cluster is not None:
         print(f"{'agent groups (Ray)':<26} {result['groups']} x {cfg.CLUSTER_ENVS_PER_GROUP} envs, "
-              f"{result['group_steps_per_s']} of the steps/s")
+              f"{result['group_steps_per_s']} of the steps/s, policy lag at delivery "
+              f"{result['group_policy_lag_at_delivery_mean']}")
     print(f"{'settings':<26} NT={nt} NP={np_} NA={na} ENVS_PER_AGENT={cfg.ENVS_PER_AGENT} "
           f"TRAINING_MIN_BATCH_SIZE={cfg.TRAINING_MIN_BATCH_SIZE} PRECISION={cfg.PRECISION} device={server.device}")
     if args.profile:

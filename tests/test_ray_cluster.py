@@ -190,6 +190,7 @@ def test_cartpole_end_to_end(local_ray, cluster_counters, tmp_path):
     server = run.server
     assert cl.rollouts > 0 and cl.weight_pushes >= 2 and cl.lost_rollouts == 0 and cl.failure is None
     assert cl.steps == cl.rollouts * cfg.TIME_MAX * cfg.CLUSTER_ENVS_PER_GROUP
+    assert 0 <= cl.mean_lag() <= cl.lag_max <= server.network.version
     check_accounting(server)
     c = server.shared.counters
     assert c[sb.C_UPDATES] > 0
