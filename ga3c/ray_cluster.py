@@ -7,8 +7,9 @@ a CPU copy of the policy (one torch thread), so a whole TIME_MAX rollout is acte
 a per-step remote prediction would be a few hundred bytes of work for a Ray task, far below Ray's task-size
 guideline, and would add a network round trip to every step. A rollout comes back as numpy arrays through Ray's
 object store: states uint8 [T+1, E, ...] (the bootstrap state included), actions, n-step returns bootstrapped
-with V as ProcessAgent computes them, clipped rewards, terminal flags, the acting policy's log-probabilities
-(log(pi(a) + 1e-20), as ProcessAgent) and the version of the weights that acted, plus the episodes it finished.
+with V as ProcessAgent computes them, clipped rewards, terminal and time-limit flags, the acting policy's
+log-probabilities (log(pi(a) + 1e-20), as ProcessAgent) and the version of the weights that acted, plus the episodes
+it finished.
 
 `ThreadRayAgents`, a thread in the main process, keeps PIPELINE_DEPTH rollout calls queued on every group,
 `ray.wait`s on them, and writes each rollout into experience slots exactly as an agent process does: a free slot
@@ -155,8 +156,8 @@ class AgentGroup:
         self.cached = (policy, value, self.version)  # the next rollout's first step
         returns = n_step_returns(rewards, terminated, truncated, values, value, cfg.DISCOUNT)
         return dict(states=states, actions=actions, returns=returns, rewards=rewards,
-                    done=terminated.astype(np.uint8), logp=logp, version=self.version, steps=tmax,
-                    episodes=episodes, seconds=time.perf_counter() - start)
+                    done=terminated.astype(np.uint8), truncated=truncated.astype(np.uint8), logp=logp,
+                    version=self.version, steps=tmax, episodes=episodes, seconds=time.perf_counter() - start)
 
     def close(self) -> None:
         for env in self.envs:
@@ -471,6 +472,7 @@ class ThreadRayAgents(threading.Thread):
             sh.exp_returns[s, :steps] = out["returns"][:, cols]
             sh.exp_rewards[s, :steps] = out["rewards"][:, cols]
             sh.exp_done[s, :steps] = out["done"][:, cols]
+            sh.exp_truncated[s, :steps] = out["truncated"][:, cols]
             sh.exp_logp[s, :steps] = out["logp"][:, cols]
             sh.exp_version[s, :steps] = out["version"]
             # counted before the record is visible, so a trainer never sees more trained than produced

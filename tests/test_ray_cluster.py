@@ -59,13 +59,13 @@ def test_agent_group_rollout_matches_an_agent():
     for out in (first, second):
         assert out["states"].shape == (7, 3, 4) and out["states"].dtype == np.float32
         assert out["actions"].shape == out["returns"].shape == out["logp"].shape == (6, 3)
-        assert out["version"] == 7 and out["steps"] == 6
+        assert out["version"] == 7 and out["steps"] == 6 and out["truncated"].shape == (6, 3)
         policy, value = net.predict(torch.from_numpy(out["states"].reshape(-1, 4)))
         policy, value = policy.numpy().reshape(7, 3, 2), value.numpy().reshape(7, 3)
         chosen = np.take_along_axis(policy[:6], out["actions"][..., None], axis=2)[..., 0]
         np.testing.assert_allclose(out["logp"], np.log(chosen + 1e-20), rtol=1e-5, atol=1e-6)
-        expected = n_step_returns(out["rewards"], out["done"].astype(bool), np.zeros((6, 3), bool), value[:6],
-                                  value[6], cfg.DISCOUNT)
+        expected = n_step_returns(out["rewards"], out["done"].astype(bool), out["truncated"].astype(bool),
+                                  value[:6], value[6], cfg.DISCOUNT)
         np.testing.assert_allclose(out["returns"], expected, rtol=1e-5, atol=1e-5)
     np.testing.assert_array_equal(first["states"][6], second["states"][0])
     group.close()
