@@ -42,7 +42,8 @@ class ProcessStats:
         self.results_path = results_path
 
     def total_steps(self) -> int:
-        return int(self.shared.agent_steps.sum() + self.shared.counters[sb.C_STEPS_BASE])
+        c = self.shared.counters
+        return int(self.shared.agent_steps.sum() + c[sb.C_CLUSTER_STEPS] + c[sb.C_STEPS_BASE])
 
     def run(self) -> None:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # the server ends us with a sentinel
@@ -139,7 +140,8 @@ class ProcessStats:
             "[Time: %8d] [Episode: %8d Score: %10.4f] [RScore: %10.4f RPPS: %5d] [PPS: %5d TPS: %5d] "
             "[FPS: %6d Lag: %5.1f/%3d] [NT: %2d NP: %2d NA: %2d]"
             % (int(elapsed), episodes, reward, rscore, int(rpps), int(pps), int(tps), int(fps), lag,
-               int(lag_max) if math.isfinite(lag_max) else 0, nt, np_, na),
+               int(lag_max) if math.isfinite(lag_max) else 0, nt, np_, na)
+            + (" [NG: %2d]" % int(c[sb.C_CLUSTER_GROUPS]) if self.cfg.CLUSTER else ""),
             flush=True,
         )
         if writer is not None:

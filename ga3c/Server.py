@@ -205,8 +205,10 @@ class Server:
         self.closing: list[tuple[float, object]] = []  # (when, reply writer) of reaped agents, closed later
         self.reply_fds: list[int] = [-1] * cfg.MAX_AGENTS
         # what the trainers' reader saw of each agent id (all incarnations): rollouts announced, transitions sent
-        self.announced = [0] * cfg.MAX_AGENTS
-        self.sent = [0] * cfg.MAX_AGENTS
+        # (the extra id MAX_AGENTS is the Ray agent groups', see ga3c/ray_cluster.py: it never dies)
+        self.announced = [0] * (cfg.MAX_AGENTS + 1)
+        self.sent = [0] * (cfg.MAX_AGENTS + 1)
+        self.cluster = None  # the Ray agent groups (CLUSTER='ray')
         self.recoveries: dict[int, tuple[int, int, int, int]] = {}  # number -> (agent, slot, slots taken, steps)
         self.recovery_number = 0
         self.predictors: list[ThreadPredictor] = []
@@ -375,7 +377,8 @@ class Server:
 
     # ------------------------------------------------------------------ counters
     def total_steps(self) -> int:
-        return int(self.shared.agent_steps.sum() + self.shared.counters[sb.C_STEPS_BASE])
+        c = self.shared.counters
+        return int(self.shared.agent_steps.sum() + c[sb.C_CLUSTER_STEPS] + c[sb.C_STEPS_BASE])
 
     def episodes(self) -> int:
         return int(self.shared.counters[sb.C_EPISODES])
@@ -486,6 +489,11 @@ class Server:
                 self.control_reader.close()
                 dynamic = ThreadDynamicAdjustment(self)
                 dynamic.start()
+                if self.cfg.CLUSTER == 'ray':
+                    from ga3c.ray_cluster import ThreadRayAgents
+
+                    self.cluster = ThreadRayAgents(self)
+                    self.cluster.start()
             while self.stop_reason is None:
                 time.sleep(0.05)
                 self._tick()
@@ -504,7 +512,7 @@ class Server:
     def _summary(self) -> None:
         """One line that accounts for every transition the agents produced in this run."""
         c = self.shared.counters
-        produced = int(self.shared.agent_steps.sum())
+        produced = int(self.shared.agent_steps.sum() + c[sb.C_CLUSTER_STEPS])
         trained, dropped, discarded = int(c[sb.C_TRAINED]), int(c[sb.C_DROPPED]), int(c[sb.C_DISCARDED])
         seconds = time.time() - self.start_time
         log.info("summary: episodes=%d steps=%d updates=%d seconds=%.1f steps_per_s=%.0f transitions produced=%d "
@@ -533,6 +541,8 @@ class Server:
                 proc.kill()
             del self.retiring[agent_id]
             self._ended(agent_id, proc, writer)
+        if self.cluster is not None:  # its rollouts in flight go to the trainers, then its actors are killed
+            self.cluster.stop()
         for thread in self.predictors:
             thread.exit_flag = True
         for thread in self.predictors:

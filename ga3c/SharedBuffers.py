@@ -71,7 +71,9 @@ C_T_PREDICT_REPLY = 19  # writing the replies and waking the agents
 C_T_TRAIN_WAIT = 20  # waiting for rollouts
 C_T_TRAIN_COPY = 21  # copying rollouts out of their slots
 C_T_TRAIN_MODEL = 22  # the training step
-N_COUNTERS = 24
+C_CLUSTER_STEPS = 24  # transitions the Ray agent groups delivered into experience slots (CLUSTER='ray')
+C_CLUSTER_GROUPS = 25  # Ray agent groups live now (their last call succeeded)
+N_COUNTERS = 26
 
 # columns of the per-agent timing rows: seconds spent by each agent process
 A_T_ENV = 0  # emulator step (gymnasium)

@@ -55,9 +55,8 @@ LOCAL_OBJECT_STORE_BYTES = 512 * 2**20  # object store of a Ray instance started
 
 
 def cluster_steps(shared) -> int:
-    """Transitions the agent groups delivered in this run (0 while SharedBuffers has no such counter)."""
-    index = getattr(sb, "C_CLUSTER_STEPS", None)
-    return 0 if index is None else int(shared.counters[index])
+    """Transitions the agent groups delivered in this run."""
+    return int(shared.counters[sb.C_CLUSTER_STEPS])
 
 
 # ---------------------------------------------------------------------------------------------------- the actor
@@ -435,9 +434,7 @@ class ThreadRayAgents(threading.Thread):
             g.failures = 0
 
     def _set_live(self) -> None:
-        index = getattr(sb, "C_CLUSTER_GROUPS", None)
-        if index is not None:
-            self.server.shared.counters[index] = self.live_groups()
+        self.server.shared.counters[sb.C_CLUSTER_GROUPS] = self.live_groups()
 
     # ------------------------------------------------------------------ into the slots
     def _take_slot(self) -> int | None:
@@ -491,10 +488,8 @@ class ThreadRayAgents(threading.Thread):
 
     def _count_steps(self, n: int) -> None:
         self.steps += n
-        index = getattr(sb, "C_CLUSTER_STEPS", None)
-        if index is not None:
-            with self.server.counter_lock:
-                self.server.shared.counters[index] += n
+        with self.server.counter_lock:
+            self.server.shared.counters[sb.C_CLUSTER_STEPS] += n
 
     def _episode(self, when: float, reward: float, length: int) -> None:
         srv = self.server

@@ -17,5 +17,5 @@ fi
 echo "[setup] installing torch and ga3c into $VENV (first run only)" >&2
 "$VENV/bin/python" -m pip install -q --upgrade pip >/dev/null 2>&1 || true
 "$VENV/bin/python" -m pip install -q "${TORCH_SPEC:-torch==2.13.0}"
-"$VENV/bin/python" -m pip install -q -e ".[dev,plot]"
+"$VENV/bin/python" -m pip install -q -e ".[dev,plot,ray]"
 echo "$want" > "$stamp"

@@ -7,7 +7,6 @@ death would) and checks that Ray restarts it, that rollouts flow again, and that
 
 from __future__ import annotations
 
-import inspect
 import subprocess
 import sys
 import threading
@@ -23,6 +22,7 @@ from ga3c.errors import ConfigError
 from ga3c.Experience import n_step_returns
 from ga3c.NetworkVP import NetworkVP
 from ga3c.ray_cluster import AgentGroup, ThreadRayAgents, cluster_steps
+from ga3c.Server import Server
 from ga3c.settings import parse_settings
 
 
@@ -79,44 +79,6 @@ def local_ray():
     ray.shutdown()
 
 
-@pytest.fixture
-def cluster_counters(monkeypatch):
-    """The shared counters the groups report to, until SharedBuffers defines them itself."""
-    if not hasattr(sb, "C_CLUSTER_STEPS"):
-        monkeypatch.setattr(sb, "C_CLUSTER_STEPS", sb.N_COUNTERS, raising=False)
-        monkeypatch.setattr(sb, "C_CLUSTER_GROUPS", sb.N_COUNTERS + 1, raising=False)
-        monkeypatch.setattr(sb, "N_COUNTERS", sb.N_COUNTERS + 2)
-
-
-def make_server(cfg):
-    """The Server, with the cluster hook added here for as long as Server.py does not have it itself."""
-    from ga3c.Server import Server
-
-    if "ThreadRayAgents" in inspect.getsource(Server):
-        return Server(cfg)
-
-    class ClusterServer(Server):
-        cluster = None
-
-        def _build(self, cfg) -> None:
-            super()._build(cfg)
-            for counts in (self.announced, self.sent):  # the id MAX_AGENTS is the groups'
-                counts.extend([0] * (cfg.MAX_AGENTS + 1 - len(counts)))
-
-        def _tick(self) -> None:
-            if self.cluster is None and self.stop_reason is None:
-                self.cluster = ThreadRayAgents(self)
-                self.cluster.start()
-            super()._tick()
-
-        def _shutdown(self, dynamic) -> None:
-            if self.cluster is not None:
-                self.cluster.stop()
-            super()._shutdown(dynamic)
-
-    return ClusterServer(cfg)
-
-
 def cluster_cfg(tmp_path, *extra):
     return parse_settings([
         "CLUSTER=ray", "AGENTS=1", "MAX_AGENTS=4", "PREDICTORS=1", "TRAINERS=1", "DEVICE=cpu",
@@ -157,7 +119,7 @@ class Running:
 
     def _main(self, cfg) -> None:
         try:
-            self.server = make_server(cfg)  # built in this thread: it leaves the signal handlers alone
+            self.server = Server(cfg)  # built in this thread: it leaves the signal handlers alone
         finally:
             self.built.set()
         self.status = self.server.main()
@@ -180,7 +142,7 @@ class Running:
         return self.status
 
 
-def test_cartpole_end_to_end(local_ray, cluster_counters, tmp_path):
+def test_cartpole_end_to_end(local_ray, tmp_path):
     cfg = cluster_cfg(tmp_path, "ATARI_GAME=CartPole-v1", "MAX_SECONDS=150", "WEIGHT_SYNC_UPDATES=2",
                       "TRAINING_MIN_BATCH_SIZE=32")
     run = Running(cfg)
@@ -198,7 +160,7 @@ def test_cartpole_end_to_end(local_ray, cluster_counters, tmp_path):
     wait_cpus_free(2)
 
 
-def test_pong_end_to_end_vtrace(local_ray, cluster_counters, tmp_path):
+def test_pong_end_to_end_vtrace(local_ray, tmp_path):
     cfg = cluster_cfg(tmp_path, "ATARI_GAME=PongDeterministic-v4", "MAX_SECONDS=170", "POLICY_LAG_CORRECTION=vtrace",
                       "TRAINING_MIN_BATCH_SIZE=64", "PRECISION=bf16")
     run = Running(cfg)
@@ -213,7 +175,7 @@ def test_pong_end_to_end_vtrace(local_ray, cluster_counters, tmp_path):
     wait_cpus_free(2)
 
 
-def test_killed_group_is_restarted_and_training_goes_on(local_ray, cluster_counters, tmp_path):
+def test_killed_group_is_restarted_and_training_goes_on(local_ray, tmp_path):
     cfg = cluster_cfg(tmp_path, "ATARI_GAME=CartPole-v1", "MAX_SECONDS=150", "TRAINING_MIN_BATCH_SIZE=32")
     run = Running(cfg)
     server = run.server
