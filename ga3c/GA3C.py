@@ -6,10 +6,13 @@ import logging
 import sys
 
 from ga3c.errors import ConfigError
-from ga3c.settings import parse_settings
 
 
 def main(argv: list[str] | None = None) -> int:
+    # Imports stay inside: spawned agent processes import this module again (as the main module), and they
+    # need none of it (about 2 MB each).
+    from ga3c.settings import parse_settings
+
     logging.basicConfig(level=logging.INFO, format="[%(asctime)s] %(message)s", datefmt="%H:%M:%S")
     try:
         cfg = parse_settings(sys.argv[1:] if argv is None else argv)

@@ -26,10 +26,8 @@ import time
 
 import numpy as np
 
-from ga3c import SharedBuffers as sb
-from ga3c.errors import ConfigError
-from ga3c.ray_cluster import cluster_steps  # imports Ray only when the cluster starts
-from ga3c.settings import parse_settings
+# ga3c is imported inside the functions: the env-only and agent processes import this file again (as their
+# main module) and need none of it.
 
 
 def _env_worker(cfg, seed: int, seconds: float, counter, ready, start_event) -> None:
@@ -132,6 +130,8 @@ class Probe(threading.Thread):
         self.first = self.last = None
 
     def snapshot(self) -> dict:
+        from ga3c.ray_cluster import cluster_steps
+
         srv = self.server
         sh = srv.shared
         return {"t": time.perf_counter(), "steps": float(sh.agent_steps.sum() + cluster_steps(sh)),
@@ -172,6 +172,7 @@ class Probe(threading.Thread):
 
 def profile_table(a: dict, b: dict, frames_per_step: int) -> list[str]:
     """Where the time went during the window, in microseconds of each component per agent step."""
+    from ga3c import SharedBuffers as sb
     steps = max(b["steps"] - a["steps"], 1.0)
     at = b["agent_time"] - a["agent_time"]
     c = b["counters"] - a["counters"]
@@ -214,6 +215,10 @@ def profile_table(a: dict, b: dict, frames_per_step: int) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from ga3c import SharedBuffers as sb
+    from ga3c.errors import ConfigError
+    from ga3c.settings import parse_settings
+
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", action="append", default=[], help="a preset (configs/*.toml); repeatable")
     parser.add_argument("--game", help="the game id (ATARI_GAME)")
