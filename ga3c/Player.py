@@ -12,7 +12,7 @@ the training results file (RESULTS_FILENAME) is never written.
   CartPole whose action 0 moves something.
 - Seeds: the environment is seeded from SEED (its first reset), and so are the no-op counts and the sampled actions:
   the same settings and checkpoint play the same episodes.
-- Screen: with a display (DISPLAY or WAYLAND_DISPLAY set) and VIDEO_PATH empty, the game is shown in an OpenCV
+- Screen: with a display (DISPLAY or WAYLAND_DISPLAY set) and VIDEO_PATH empty, the game is shown in a pygame
   window, scaled up, at the game's frame rate (q or Esc quits). Without a display, or when VIDEO_PATH is set, every
   played episode is recorded into one MP4 file (VIDEO_PATH, default `play.mp4`; 'mp4v' codec, the game's frame
   rate, its RGB screen). The video rule: ONE FRAME AFTER EACH RESET AND ONE AFTER EACH AGENT STEP (no-ops
@@ -105,35 +105,39 @@ class _Video:
 
 
 class _Window:
-    """Shows RGB frames in an OpenCV window, scaled up, paced at the game's frame rate; q/Esc quits."""
+    """Shows RGB frames in a pygame window (pygame comes with gymnasium[classic-control]; OpenCV is the headless
+    build, which keeps the agent processes small), scaled up, paced at the game's frame rate; q, Esc or closing
+    the window quits."""
 
     def __init__(self, fps: float):
-        cv2.namedWindow(WINDOW_NAME, cv2.WINDOW_AUTOSIZE)  # cv2.error on a build without GUI support
+        import pygame  # ImportError without pygame
+
+        pygame.display.init()  # pygame.error without a usable display
+        self.pygame = pygame
         self.period = 1.0 / max(float(fps), 1e-3)
         self.next_time = time.monotonic()
-        self.scale: int | None = None
+        self.screen = None
 
     def show(self, frame: np.ndarray) -> None:
-        if self.scale is None:
-            self.scale = max(1, WINDOW_TARGET_SIZE // max(frame.shape[:2]))
-        bgr = cv2.cvtColor(frame, cv2.COLOR_RGB2BGR)
-        if self.scale > 1:
-            bgr = cv2.resize(bgr, None, fx=self.scale, fy=self.scale, interpolation=cv2.INTER_NEAREST)
-        cv2.imshow(WINDOW_NAME, bgr)
-        wait_ms = max(1, int((self.next_time - time.monotonic()) * 1000))
-        key = cv2.waitKey(wait_ms) & 0xFF
+        pg = self.pygame
+        h, w = frame.shape[:2]
+        if self.screen is None:
+            scale = max(1, WINDOW_TARGET_SIZE // max(h, w))
+            self.screen = pg.display.set_mode((w * scale, h * scale))
+            pg.display.set_caption(WINDOW_NAME)
+        surface = pg.surfarray.make_surface(np.ascontiguousarray(frame[:, :, :3]).swapaxes(0, 1))
+        if surface.get_size() != self.screen.get_size():
+            surface = pg.transform.scale(surface, self.screen.get_size())
+        self.screen.blit(surface, (0, 0))
+        pg.display.flip()
+        time.sleep(max(0.0, self.next_time - time.monotonic()))
         self.next_time = max(self.next_time + self.period, time.monotonic())
-        if key in (ord("q"), ord("Q"), 27):
-            raise _Quit
-        if cv2.getWindowProperty(WINDOW_NAME, cv2.WND_PROP_VISIBLE) < 1:
-            raise _Quit
+        for event in pg.event.get():
+            if event.type == pg.QUIT or (event.type == pg.KEYDOWN and event.key in (pg.K_q, pg.K_ESCAPE)):
+                raise _Quit
 
     def close(self) -> None:
-        try:
-            cv2.destroyWindow(WINDOW_NAME)
-            cv2.waitKey(1)
-        except cv2.error:
-            pass
+        self.pygame.display.quit()
 
 
 class Player:
@@ -205,9 +209,9 @@ class Player:
                 window = _Window(env.fps)
                 log.info("showing the game in a window (q or Esc quits)")
                 return window
-            except cv2.error as exc:
+            except Exception as exc:  # noqa: BLE001 - pygame missing or no usable display: record instead
                 log.warning("cannot open a window (%s): recording to %s instead",
-                            str(exc).strip().splitlines()[-1], DEFAULT_VIDEO)
+                            (str(exc).strip().splitlines() or [type(exc).__name__])[-1], DEFAULT_VIDEO)
         self.video_path = cfg.VIDEO_PATH or DEFAULT_VIDEO
         return _Video(self.video_path, env.fps)
 

@@ -3,11 +3,11 @@ training run (made once per module) or built directly with NetworkVP + save_chec
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import cv2
@@ -25,7 +25,6 @@ EPISODE_LINE = re.compile(r"^episode (\d+)/(\d+): score (-?[\d.e+]+), length (\d
                           re.MULTILINE)
 SUMMARY_LINE = re.compile(r"^score (-?[\d.]+) \+- ([\d.]+) \(mean \+- std over (\d+) episodes?", re.MULTILINE)
 VIDEO_LINE = re.compile(r"^video: (.+) \((\d+) frames", re.MULTILINE)
-HAS_PYGAME = importlib.util.find_spec("pygame") is not None  # gymnasium draws CartPole's screen with it
 
 
 def headless_env() -> dict:
@@ -36,9 +35,9 @@ def headless_env() -> dict:
     return env
 
 
-def ga3c(args: list[str], cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess:
+def ga3c(args: list[str], cwd: Path, timeout: float = 120, env: dict | None = None) -> subprocess.CompletedProcess:
     """Runs `python -m ga3c ARGS` in cwd with no display; the process group is killed on timeout."""
-    proc = subprocess.Popen([sys.executable, "-m", "ga3c", *args], cwd=cwd, env=headless_env(), text=True,
+    proc = subprocess.Popen([sys.executable, "-m", "ga3c", *args], cwd=cwd, env=env or headless_env(), text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
                             start_new_session=True)
     try:
@@ -50,8 +49,8 @@ def ga3c(args: list[str], cwd: Path, timeout: float = 120) -> subprocess.Complet
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
-def play(args: list[str], cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess:
-    return ga3c(["PLAY_MODE=True", "DEVICE=cpu", *args], cwd, timeout)
+def play(args: list[str], cwd: Path, timeout: float = 120, env: dict | None = None) -> subprocess.CompletedProcess:
+    return ga3c(["PLAY_MODE=True", "DEVICE=cpu", *args], cwd, timeout, env)
 
 
 def episodes(stdout: str) -> list[tuple[float, int]]:
@@ -149,7 +148,6 @@ def test_play_in_process_is_seeded_noops_and_default_video(pong_run, tmp_path, m
     assert torch.get_num_threads() == threads  # play's single thread does not leak into the caller
 
 
-@pytest.mark.skipif(not HAS_PYGAME, reason="gymnasium draws CartPole's screen with pygame, not installed")
 def test_play_cartpole_records_its_render(tmp_path):
     ckpt_dir = tmp_path / "ck"
     cartpole_checkpoint(ckpt_dir)
@@ -164,17 +162,22 @@ def test_play_cartpole_records_its_render(tmp_path):
     assert (width, height) == (600, 400)
 
 
-@pytest.mark.skipif(HAS_PYGAME, reason="checks the message shown when pygame is missing")
 def test_play_cartpole_without_pygame(tmp_path):
+    """pygame is a dependency, but a broken install must still play: a fake pygame that fails to import."""
+    fake = tmp_path / "fake"
+    (fake / "pygame").mkdir(parents=True)
+    (fake / "pygame" / "__init__.py").write_text("raise ImportError('No module named pygame')\n")
+    env = headless_env()
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(fake), env.get("PYTHONPATH")]))
     ckpt_dir = tmp_path / "ck"
     cartpole_checkpoint(ckpt_dir)
-    run = play(["ATARI_GAME=CartPole-v1", f"CHECKPOINT_DIR={ckpt_dir}", "PLAY_EPISODES=2"], tmp_path)
+    run = play(["ATARI_GAME=CartPole-v1", f"CHECKPOINT_DIR={ckpt_dir}", "PLAY_EPISODES=2"], tmp_path, env=env)
     assert run.returncode == 0, run.stderr[-3000:]
     assert len(episodes(run.stdout)) == 2 and SUMMARY_LINE.search(run.stdout)
     assert "pygame" in run.stderr and "without a video" in run.stderr
     assert not (tmp_path / "play.mp4").exists()
     run = play(["ATARI_GAME=CartPole-v1", f"CHECKPOINT_DIR={ckpt_dir}", f"VIDEO_PATH={tmp_path / 'v.mp4'}"],
-               tmp_path)
+               tmp_path, env=env)
     assert run.returncode == 2 and "pygame" in run.stderr and "VIDEO_PATH" in run.stderr
 
 
@@ -208,38 +211,44 @@ def _pong_cfg(ckpt_dir: Path, *extra: str):
 
 
 def test_play_window_scales_paces_and_quits_on_q(pong_run, tmp_path, monkeypatch, capsys):
-    """With a display the game goes to an OpenCV window (cv2's GUI calls are stubbed: no X server here)."""
+    """With a display the game goes to a real pygame window (SDL's dummy video driver: no X server here)."""
+    import pygame
+
     _, ckpt_dir, _ = pong_run
     monkeypatch.setenv("DISPLAY", ":99")
+    monkeypatch.setenv("SDL_VIDEODRIVER", "dummy")
     monkeypatch.chdir(tmp_path)
-    shown, waits = [], []
+    sizes = []
+    real_flip = pygame.display.flip
 
-    def wait_key(ms):
-        waits.append(ms)
-        return ord("q") if len(waits) == 30 else -1
+    def flip():
+        real_flip()
+        sizes.append(pygame.display.get_surface().get_size())
+        if len(sizes) == 30:  # the user presses q after 30 frames
+            pygame.event.post(pygame.event.Event(pygame.KEYDOWN, key=pygame.K_q))
 
-    monkeypatch.setattr(cv2, "namedWindow", lambda *a: None)
-    monkeypatch.setattr(cv2, "imshow", lambda name, img: shown.append(img.shape))
-    monkeypatch.setattr(cv2, "waitKey", wait_key)
-    monkeypatch.setattr(cv2, "getWindowProperty", lambda *a: 1.0)
-    monkeypatch.setattr(cv2, "destroyWindow", lambda *a: None)
+    monkeypatch.setattr(pygame.display, "flip", flip)
+    start = time.monotonic()
     assert Player(_pong_cfg(ckpt_dir, "PLAY_EPISODES=3")).run() == 0
+    elapsed = time.monotonic() - start
     out = capsys.readouterr().out
     assert "stopped from the window after 0 complete episode(s)" in out and "no episode completed" in out
-    assert len(shown) == 30 and shown[0] == (630, 480, 3)  # 210x160 scaled 3x
-    assert 1 <= waits[0] <= 67  # 15 fps: at most 1000/15 ms
+    assert len(sizes) == 30 and sizes[0] == (480, 630)  # 160x210 scaled 3x
+    assert elapsed >= 29 / 15  # paced at 15 frames/s (Pong at frameskip 4)
     assert not list(tmp_path.iterdir())  # no video when a window shows the game
 
 
 def test_play_falls_back_to_video_without_gui(pong_run, tmp_path, monkeypatch, capsys):
+    import pygame
+
     _, ckpt_dir, _ = pong_run
     monkeypatch.setenv("DISPLAY", ":99")
     monkeypatch.chdir(tmp_path)
 
-    def no_gui(*a):
-        raise cv2.error("The function is not implemented")
+    def no_display():
+        raise pygame.error("No available video device")
 
-    monkeypatch.setattr(cv2, "namedWindow", no_gui)
+    monkeypatch.setattr(pygame.display, "init", no_display)
     assert Player(_pong_cfg(ckpt_dir, "PLAY_EPISODES=1")).run() == 0
     m = EPISODE_LINE.search(capsys.readouterr().out)
     assert m and count_frames(tmp_path / "play.mp4")[0] == int(m.group(4)) + 1
