@@ -49,6 +49,9 @@ def keep_freed_memory() -> None:
         libc = ctypes.CDLL("libc.so.6")
         libc.mallopt(-3, 1 << 30)  # M_MMAP_THRESHOLD: serve blocks below 1 GiB from the heap, not from mmap
         libc.mallopt(-1, (1 << 31) - 1)  # M_TRIM_THRESHOLD: never trim the heap
+        # M_ARENA_MAX: a few heaps for all threads; with one per thread, every trainer thread that dynamic
+        # adjustment creates keeps its own heap (the main process grew 19% over a 30-minute soak)
+        libc.mallopt(-8, 4)
     except (OSError, AttributeError):
         pass
 

@@ -144,7 +144,8 @@ def watch_free_slots(server) -> list[int]:
 
 
 def steadiness(samples: list[dict], settle: float = 300.0) -> None:
-    """After the first `settle` seconds: total memory growth (main + stats + agents), and the spread of the
+    """After the first `settle` seconds: the memory growth of the main process, the stats process and the mean
+    agent (dynamic adjustment changes the number of agents, so their sum says nothing), and the spread of the
     throughput averaged over each minute (largest deviation from the median minute)."""
     later = [s for s in samples if s["t"] >= settle]
     print("\n=== after the first 5 minutes ===")
@@ -152,14 +153,18 @@ def steadiness(samples: list[dict], settle: float = 300.0) -> None:
         print("the run was too short to judge")
         return
 
-    def total(s: dict) -> float:
-        return (s["main"] or 0) + (s["stats"] or 0) + sum(v for v in s["agents"].values() if v is not None)
+    def agent_mean(s: dict) -> float:
+        values = [v for v in s["agents"].values() if v is not None]
+        return sum(values) / len(values) if values else 0.0
 
-    growth = (total(later[-1]) - total(later[0])) / total(later[0])
-    print(f"total memory {total(later[0]):.0f} -> {total(later[-1]):.0f} MiB: growth {100 * growth:+.1f}%")
+    for name, value in (("main process", lambda s: s["main"] or 0.0), ("stats process", lambda s: s["stats"] or 0.0),
+                        ("mean agent", agent_mean)):
+        first, last = value(later[0]), value(later[-1])
+        growth = (last - first) / first if first else 0.0
+        print(f"{name:<14} {first:7.1f} -> {last:7.1f} MiB: growth {100 * growth:+.1f}%")
     minutes: dict[int, list[float]] = {}
-    for s in later[1:]:
-        if "steps_per_s" in s:
+    for prev, s in zip(later, later[1:], strict=False):
+        if "steps_per_s" in s and s["t"] > prev["t"]:  # the closing sample repeats the last time: skip it
             minutes.setdefault(int(s["t"] // 60), []).append(s["steps_per_s"])
     rates = sorted(sum(v) / len(v) for v in minutes.values())
     if rates:
