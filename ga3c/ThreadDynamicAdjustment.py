@@ -1,4 +1,5 @@
-"""ThreadDynamicAdjustment: creates the initial components, then hill-climbs (trainers, predictors, agents).
+"""ThreadDynamicAdjustment: creates the initial components, then hill-climbs (trainers, predictors, agents), and
+the number of Ray agent groups too with CLUSTER='ray'.
 
 As the original: after DYNAMIC_SETTINGS_INITIAL_WAIT, draw a change of -1/0/+1 for each count, apply it, measure,
 and go back if it did worse. Unlike the original, both settings are measured over equal windows of
@@ -23,8 +24,18 @@ class ThreadDynamicAdjustment(threading.Thread):
         cfg = server.cfg
         self.rng = np.random.default_rng(cfg.SEED + 7)
         self.stop_event = threading.Event()
-        self.limits = (cfg.MAX_TRAINERS, cfg.MAX_PREDICTORS, cfg.MAX_AGENTS)
+        self.limits = (cfg.MAX_TRAINERS, cfg.MAX_PREDICTORS, cfg.MAX_AGENTS, cfg.CLUSTER_MAX_AGENT_GROUPS)
         server.set_counts(cfg.TRAINERS, cfg.PREDICTORS, cfg.AGENTS)
+
+    def state(self) -> tuple[int, ...]:
+        """(trainers, predictors, agents), plus the Ray agent groups with CLUSTER='ray'."""
+        cluster = self.server.cluster
+        return self.server.counts() + ((cluster.group_count(),) if cluster is not None else ())
+
+    def apply(self, state: tuple[int, ...]) -> None:
+        self.server.set_counts(*state[:3])
+        if len(state) > 3:
+            self.server.cluster.set_groups(state[3])
 
     def stop(self) -> None:
         self.stop_event.set()
@@ -41,16 +52,18 @@ class ThreadDynamicAdjustment(threading.Thread):
             return None
         return (c[sb.C_TRAINED] - before) / cfg.DYNAMIC_SETTINGS_STEP_WAIT
 
-    def propose(self, current: tuple[int, int, int]) -> tuple[int, int, int]:
+    def propose(self, current: tuple[int, ...]) -> tuple[int, ...]:
         """A neighbour of `current`: each count moved by -1, 0 or +1 step within [1, limit], not all unchanged.
 
-        Trainers and predictors move by one, as the original; agents by an eighth of their number (at least
-        one), so that a run started with many agents can reach a good count within minutes, not hours."""
-        sizes = (1, 1, max(1, current[2] // 8))
+        Trainers, predictors and agent groups move by one, as the original's counts; agents by an eighth of
+        their number (at least one), so that a run started with many agents can reach a good count within
+        minutes, not hours."""
+        sizes = (1, 1, max(1, current[2] // 8), 1)[:len(current)]
+        limits = self.limits[:len(current)]
         while True:
-            step = self.rng.integers(-1, 2, size=3)
+            step = self.rng.integers(-1, 2, size=len(current))
             candidate = tuple(int(min(max(v + d * size, 1), hi))
-                              for v, d, size, hi in zip(current, step, sizes, self.limits, strict=True))
+                              for v, d, size, hi in zip(current, step, sizes, limits, strict=True))
             if candidate != current:
                 return candidate
 
@@ -59,18 +72,18 @@ class ThreadDynamicAdjustment(threading.Thread):
         try:
             if not srv.cfg.DYNAMIC_SETTINGS or self.stop_event.wait(srv.cfg.DYNAMIC_SETTINGS_INITIAL_WAIT):
                 return
-            current = srv.counts()
+            current = self.state()
             score = self.measure()
             while score is not None:
                 candidate = self.propose(current)
-                srv.set_counts(*candidate)
+                self.apply(candidate)
                 trial = self.measure()
                 if trial is None:
                     return
                 if trial > score:
                     current, score = candidate, trial
                 else:
-                    srv.set_counts(*current)
+                    self.apply(current)
                     score = self.measure()
         except BaseException as exc:  # noqa: BLE001 - reported to the server, which stops the run cleanly
             srv.component_failed(self.name, exc)

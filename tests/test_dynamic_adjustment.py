@@ -1,0 +1,78 @@
+"""ThreadDynamicAdjustment's hill-climbing, on a stand-in server (no processes): the moves it proposes, what it
+keeps, what it goes back to and measures again, and the Ray agent groups as a fourth count."""
+
+from types import SimpleNamespace
+
+import numpy as np
+
+from ga3c import SharedBuffers as sb
+from ga3c.settings import parse_settings
+from ga3c.ThreadDynamicAdjustment import ThreadDynamicAdjustment
+
+
+class Cluster:
+    def __init__(self, groups: int) -> None:
+        self.groups = groups
+
+    def group_count(self) -> int:
+        return self.groups
+
+    def set_groups(self, n: int) -> None:
+        self.groups = n
+
+
+class Server:
+    def __init__(self, cfg, cluster=None) -> None:
+        self.cfg = cfg
+        self.cluster = cluster
+        self.shared = SimpleNamespace(counters=np.zeros(sb.N_COUNTERS))
+        self.current = (0, 0, 0)
+
+    def set_counts(self, trainers: int, predictors: int, agents: int) -> None:
+        self.current = (trainers, predictors, agents)
+
+    def counts(self):
+        return self.current
+
+    def component_failed(self, name, exc):
+        raise exc
+
+
+def cfg(*extra):
+    return parse_settings(["DYNAMIC_SETTINGS=True", "DYNAMIC_SETTINGS_INITIAL_WAIT=1", "TRAINERS=2", "PREDICTORS=2",
+                           "AGENTS=32", "MAX_TRAINERS=3", "MAX_PREDICTORS=2", "MAX_AGENTS=40",
+                           "CLUSTER_MAX_AGENT_GROUPS=5", *extra])
+
+
+def test_creates_the_initial_components_and_proposes_bounded_neighbours():
+    server = Server(cfg())
+    dyn = ThreadDynamicAdjustment(server)
+    assert server.current == (2, 2, 32)
+    for _ in range(300):
+        t, p, a = dyn.propose((3, 2, 32))
+        assert (t, p, a) != (3, 2, 32)
+        assert 1 <= t <= 3 and 1 <= p <= 2 and a in (28, 32, 36)  # agents move by 32 // 8 = 4
+    for _ in range(300):
+        t, p, a, g = dyn.propose((1, 1, 1, 5))
+        assert t in (1, 2) and p in (1, 2) and a in (1, 2) and g in (4, 5)
+
+
+def test_keeps_a_better_setting_and_goes_back_from_a_worse_one_measuring_it_again(monkeypatch):
+    cluster = Cluster(2)
+    server = Server(cfg(), cluster)
+    dyn = ThreadDynamicAdjustment(server)
+    dyn.stop_event.wait = lambda seconds: False  # no initial wait in the test
+    proposals = iter([(3, 2, 32, 3), (3, 1, 36, 4), (2, 2, 32, 3)])
+    monkeypatch.setattr(dyn, "propose", lambda current: next(proposals))
+    # baseline, better (kept), worse (undone), the kept setting measured again, then the run stops mid-window
+    scores = iter([100.0, 150.0, 120.0, 140.0, None])
+    measured_at = []
+
+    def measure():
+        measured_at.append(dyn.state())
+        return next(scores)
+
+    monkeypatch.setattr(dyn, "measure", measure)
+    dyn.run()
+    assert measured_at == [(2, 2, 32, 2), (3, 2, 32, 3), (3, 1, 36, 4), (3, 2, 32, 3), (2, 2, 32, 3)]
+    assert server.current == (2, 2, 32) and cluster.groups == 3  # the last proposal, applied when the run stopped
