@@ -108,7 +108,6 @@ class ThreadTrainer(threading.Thread):
 
     def _train(self, states, actions, returns, versions, n: int) -> None:
         srv, cfg = self.server, self.server.cfg
-        sh = srv.shared
         lag = srv.network.version - versions[:n]
         dropped = 0
         if cfg.MAX_POLICY_LAG > 0:
@@ -122,8 +121,13 @@ class ThreadTrainer(threading.Thread):
         scalars = None
         if used:
             scalars = srv.network.train(states[:used], actions[:used], returns[:used], srv.learning_rate, srv.beta)
+        self._count(dropped, used, lag, scalars)
+
+    def _count(self, dropped: int, used: int, lag: np.ndarray | None, scalars: dict | None) -> None:
+        """Counts a training step: transitions dropped as too old, trained on, and their policy lag."""
+        srv = self.server
         with srv.counter_lock:
-            c = sh.counters
+            c = srv.shared.counters
             c[sb.C_DROPPED] += dropped
             if used:
                 c[sb.C_UPDATES] += 1
@@ -170,7 +174,7 @@ class ThreadTrainer(threading.Thread):
 
     def _train_vtrace(self, buf: dict, lengths: np.ndarray, n: int) -> None:
         srv, cfg = self.server, self.server.cfg
-        sh, net = srv.shared, srv.network
+        net = srv.network
         rollouts = len(lengths)
         envs = buf["actions"].shape[2]
         lag = net.version - buf["versions"][:rollouts]  # [R, T, E]; only the first lengths[i] steps are real
@@ -216,14 +220,4 @@ class ThreadTrainer(threading.Thread):
                 states, actions, vs, advantages = (torch.cat(p) for p in zip(*parts, strict=True))
             lag_used = np.concatenate(lags)
             scalars = net.train(states, actions, vs, srv.learning_rate, srv.beta, advantages=advantages)
-        with srv.counter_lock:
-            c = sh.counters
-            c[sb.C_DROPPED] += dropped
-            if used:
-                c[sb.C_UPDATES] += 1
-                c[sb.C_TRAIN_BATCHES] += 1
-                c[sb.C_TRAINED] += used
-                c[sb.C_LAG_SUM] += float(lag_used.sum())
-                c[sb.C_LAG_MAX] = max(c[sb.C_LAG_MAX], float(lag_used.max()))
-        if scalars is not None:
-            srv.training_scalars(scalars, float(lag_used.mean()), int(lag_used.max()))
+        self._count(dropped, used, lag_used, scalars)
