@@ -74,8 +74,10 @@ class ThreadTrainer(threading.Thread):
                 n += steps * envs
                 t0 = clock()
                 copy += t0 - t1
-            if n:
+            if n and cfg.TRAIN_MODELS:
                 train(n)
+            elif n:  # TRAIN_MODELS=False (the original's switch): the agents play, nothing is trained on
+                self._count(n, 0, None, None)
             with srv.counter_lock:
                 sh.counters[sb.C_T_TRAIN_WAIT] += wait
                 sh.counters[sb.C_T_TRAIN_COPY] += copy

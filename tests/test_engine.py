@@ -120,6 +120,15 @@ def test_experience_accounting_is_exact(tmp_path, tag):
     assert "MAX_STEPS=3000 reached" in err
 
 
+def test_train_models_false_trains_nothing(tmp_path, tag):
+    rc, out, err = run_ga3c([*CARTPOLE, "AGENTS=2", "MAX_STEPS=1500", "SAVE_MODELS=False", "TRAIN_MODELS=False"],
+                            tmp_path, timeout=180, env=tagged_env(tag))
+    assert_ok(rc, out, err)
+    s = summary(err)
+    assert_accounted(s, err)
+    assert s["updates"] == 0 and s["trained"] == 0 and s["dropped"] == s["produced"] >= 1500, s
+
+
 # ---------------------------------------------------------------------------------------------------------------
 CARTPOLE_LEARN = ["AGENTS=8", "LEARNING_RATE_START=0.001", "LEARNING_RATE_END=0.001", "DYNAMIC_SETTINGS=False"]
 TARGET, WINDOW, BUDGET = 195.0, 20, 120
