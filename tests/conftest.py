@@ -189,3 +189,28 @@ def wait_until(predicate, timeout: float, interval: float = 0.1) -> bool:
         if time.time() >= deadline:
             return False
         time.sleep(interval)
+
+
+def stop_when_learned(proc: subprocess.Popen, results: Path, window: int, target: float, wait: float,
+                      what: str, err_path: Path) -> bool:
+    """Polls the results file every second and sends SIGINT once the rolling mean over `window` episodes reaches
+    `target`; then waits up to `wait` s for the run to end (its process group is killed if it does not).
+    True when the target was seen while the run was going."""
+    reached = False
+    try:
+        while proc.poll() is None:
+            time.sleep(1.0)
+            means = rolling_means(result_scores(results), window)
+            if means and max(means) >= target:
+                reached = True
+                proc.send_signal(signal.SIGINT)
+                break
+        try:
+            proc.wait(timeout=wait)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"the {what} run did not end\n{tail(err_path.read_text())}")
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    return reached

@@ -31,6 +31,7 @@ from conftest import (
     run_ga3c,
     start_ga3c,
     stats_lines,
+    stop_when_learned,
     summary,
     tagged_env,
     tagged_processes,
@@ -147,23 +148,7 @@ def learn_cartpole(folder: Path, tag: str) -> tuple[bool, list[float], str]:
     folder.mkdir()
     proc, out_path, err_path = start_ga3c(cartpole_learning_args(), folder, tagged_env(tag))
     results = folder / "results.txt"
-    reached = False
-    try:
-        while proc.poll() is None:
-            time.sleep(1.0)
-            means = rolling_means(result_scores(results), WINDOW)
-            if means and means[-1] >= TARGET:
-                reached = True
-                proc.send_signal(signal.SIGINT)
-                break
-        try:
-            proc.wait(timeout=BUDGET + 90)
-        except subprocess.TimeoutExpired:
-            pytest.fail(f"the CartPole run did not end\n{tail(err_path.read_text())}")
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+    reached = stop_when_learned(proc, results, WINDOW, TARGET, BUDGET + 90, "CartPole", err_path)
     out, err = out_path.read_text(), err_path.read_text()
     assert_ok(proc.returncode, out, err)
     assert_no_leftovers(tag)

@@ -9,9 +9,6 @@ as the results file shows the threshold; one retry with another seed at most.
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
 import time
 from pathlib import Path
 
@@ -22,6 +19,7 @@ from conftest import (
     result_scores,
     rolling_means,
     start_ga3c,
+    stop_when_learned,
     summary,
     tagged_env,
     tail,
@@ -43,23 +41,7 @@ def learn_acrobot(folder: Path, tag: str, seed: int) -> tuple[bool, list[float],
     started = time.time()
     proc, out_path, err_path = start_ga3c([*ACROBOT, f"SEED={seed}"], folder, tagged_env(tag))
     results = folder / "results.txt"
-    reached = False
-    try:
-        while proc.poll() is None:
-            time.sleep(1.0)
-            means = rolling_means(result_scores(results), WINDOW)
-            if means and max(means) >= TARGET:
-                reached = True
-                proc.send_signal(signal.SIGINT)
-                break
-        try:
-            proc.wait(timeout=BUDGET + 60)
-        except subprocess.TimeoutExpired:
-            pytest.fail(f"the Acrobot run did not end\n{tail(err_path.read_text())}")
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+    reached = stop_when_learned(proc, results, WINDOW, TARGET, BUDGET + 60, "Acrobot", err_path)
     seconds = time.time() - started
     out, err = out_path.read_text(), err_path.read_text()
     assert proc.returncode == 0, f"exit status {proc.returncode}\nstdout:\n{tail(out)}\nstderr:\n{tail(err)}"
