@@ -515,11 +515,14 @@ class Server:
         produced = int(self.shared.agent_steps.sum() + c[sb.C_CLUSTER_STEPS])
         trained, dropped, discarded = int(c[sb.C_TRAINED]), int(c[sb.C_DROPPED]), int(c[sb.C_DISCARDED])
         seconds = time.time() - self.start_time
+        lag_mean = c[sb.C_LAG_SUM] / trained if trained else 0.0
+        lag_max = c[sb.C_LAG_MAX] if trained else 0.0
         log.info("summary: episodes=%d steps=%d updates=%d seconds=%.1f steps_per_s=%.0f transitions produced=%d "
-                 "trained=%d dropped=%d discarded=%d lost=%d agent_deaths=%d slots_recovered=%d", self.episodes(),
-                 self.total_steps(), self.network.version + self.updates_base, seconds, produced / seconds, produced,
-                 trained, dropped, discarded, produced - trained - dropped - discarded, self.deaths,
-                 int(c[sb.C_RECOVERED]))
+                 "trained=%d dropped=%d discarded=%d lost=%d agent_deaths=%d slots_recovered=%d "
+                 "policy_lag_mean=%.2f policy_lag_max=%d", self.episodes(), self.total_steps(),
+                 self.network.version + self.updates_base, seconds, produced / seconds, produced, trained, dropped,
+                 discarded, produced - trained - dropped - discarded, self.deaths, int(c[sb.C_RECOVERED]), lag_mean,
+                 int(lag_max))
 
     def _shutdown(self, dynamic) -> None:
         if dynamic is not None:

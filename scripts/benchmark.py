@@ -283,6 +283,7 @@ def main(argv: list[str] | None = None) -> int:
         "mean_batch_predict": round(c[sb.C_PREDICTIONS] / max(c[sb.C_PREDICT_BATCHES], 1), 2),
         "mean_batch_train": round(c[sb.C_TRAINED] / max(c[sb.C_TRAIN_BATCHES], 1), 2),
         "policy_lag_mean": round(c[sb.C_LAG_SUM] / max(c[sb.C_TRAINED], 1), 2),
+        "policy_lag_max": int(b["counters"][sb.C_LAG_MAX]),  # the run's largest, warm-up included
         "peak_rss_mb_total": round(probe.peak_total, 1),
         "peak_rss_mb_per_agent": round(probe.peak_agent, 1),
         "seconds": round(dt, 1),
@@ -303,7 +304,7 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(f"{'measure':<26} {'value':>12}")
     for key in ("env_only_steps_per_s", "train_steps_per_s", "train_frames_per_s", "ratio", "pps", "tps",
-                "mean_batch_predict", "mean_batch_train", "policy_lag_mean", "peak_rss_mb_total",
+                "mean_batch_predict", "mean_batch_train", "policy_lag_mean", "policy_lag_max", "peak_rss_mb_total",
                 "peak_rss_mb_per_agent"):
         print(f"{key:<26} {result[key] if result[key] is not None else '-':>12}")
     if cluster is not None:

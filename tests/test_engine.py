@@ -118,6 +118,8 @@ def test_experience_accounting_is_exact(tmp_path, tag):
     assert s["steps"] >= 3000, s
     assert s["produced"] == s["steps"], s  # a fresh run: every step counted was produced in it
     assert s["trained"] > 0 and s["updates"] > 0, s
+    # the lag of a transition is the number of updates between acting and training: at most all of them
+    assert 0 <= s["policy_lag_mean"] <= s["policy_lag_max"] <= s["updates"], s
     assert "MAX_STEPS=3000 reached" in err
 
 
