@@ -38,15 +38,14 @@ def run_once(args: argparse.Namespace, mode: str, seed: int, folder: Path) -> di
            f"POLICY_LAG_CORRECTION={mode}", f"SEED={seed}", f"MAX_SECONDS={args.budget}",
            f"STAT_ROLLING_MEAN_WINDOW={args.window}", f"RESULTS_FILENAME={results}",
            f"CHECKPOINT_DIR={folder / 'checkpoints'}", f"LOG_DIR={folder / 'logs'}", "SAVE_MODELS=False"]
-    started = time.time()
     with open(folder / "stdout.txt", "w") as out, open(folder / "stderr.txt", "w") as err:
         proc = subprocess.Popen(cmd, stdout=out, stderr=err, cwd=Path(__file__).resolve().parent.parent)
-        reached_at = None
+        stopping = False
         while proc.poll() is None:
             time.sleep(1.0)
-            if reached_at is None and results.exists() and args.target is not None:
+            if not stopping and results.exists() and args.target is not None:
                 if first_reach(read_results(str(results)), args.window, args.target) is not None:
-                    reached_at = time.time() - started
+                    stopping = True
                     proc.send_signal(signal.SIGINT)
         proc.wait()
     stderr = (folder / "stderr.txt").read_text()
