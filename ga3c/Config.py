@@ -85,8 +85,18 @@ class Config:
     STACKED_FRAMES = 4
     IMAGE_WIDTH = 84
     IMAGE_HEIGHT = 84
-    # (new) Resize interpolation of Atari frames: 'linear' (the original's bilinear, fast) or 'area'
+    # (new) Resize of Atari frames: 'linear' (OpenCV's INTER_LINEAR: 2x2 source pixels per output pixel, no
+    # smoothing when shrinking; fast), 'area' (OpenCV's INTER_AREA: a box average) or 'pillow' (Pillow's BILINEAR,
+    # which the original's scipy.misc.imresize(..., 'bilinear') ran: a triangle filter widened by the shrink factor)
     RESIZE_INTERPOLATION = 'linear'
+    # (new) Stretch every frame to 0..255 by its own minimum and maximum gray level before the resize, as the
+    # original's scipy.misc.imresize did (the gray then computed from the RGB screen in floating point, as the
+    # original). Off by default: a pixel's value would then depend on the rest of the screen
+    FRAME_RESCALE = False
+    # (new) Episode start: 'repeat' (the reset frame fills the stack; the agent acts from the first step) or 'noop'
+    # (the original: STACKED_FRAMES-1 no-op steps, at least 1, fill it, not predicted, trained on, scored or
+    # counted). 'repeat' by default: ga3c's recorded runs used it
+    EPISODE_START = 'repeat'
 
     # Total number of episodes and annealing frequency
     EPISODES = 400000
@@ -112,10 +122,11 @@ class Config:
     # Dual RMSProp: one optimizer for the policy loss and one for the value loss, instead of one on their sum
     DUAL_RMSPROP = False
 
-    # Gradient clipping by global norm
+    # Gradient clipping by the global norm of all gradients (the original clipped each tensor by its average norm)
     USE_GRAD_CLIP = False
     GRAD_CLIP_NORM = 40.0
-    # Epsilon inside the log of the policy: log(pi + LOG_EPSILON)
+    # Epsilon inside the log of the policy: log(pi + LOG_EPSILON), the paper's form (the original's code clamped:
+    # log(max(pi, LOG_EPSILON)))
     LOG_EPSILON = 1e-6
     # Training starts once the gathered batch is larger than this
     TRAINING_MIN_BATCH_SIZE = 0

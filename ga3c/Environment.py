@@ -1,15 +1,17 @@
 """GA3C's preprocessing and frame stacking around one GameManager.
 
-Atari games: each grayscale frame is resized to (IMAGE_HEIGHT, IMAGE_WIDTH) with OpenCV, kept uint8 with no
-contrast stretching (the original's quirk 9 is not reproduced), and the state is the last STACKED_FRAMES frames,
-shape (STACKED_FRAMES, H, W), oldest first, newest last. Scaling to [-1, 1) (x / 128 - 1) happens where the model
-runs. Vector games (CartPole, Acrobot, ...): the state is the observation as a float32 vector, not stacked.
+Atari games: each grayscale frame is resized to (IMAGE_HEIGHT, IMAGE_WIDTH) (RESIZE_INTERPOLATION), kept uint8,
+and the state is the last STACKED_FRAMES frames, shape (STACKED_FRAMES, H, W), oldest first, newest last. Scaling
+to [-1, 1) (x / 128 - 1) happens where the model runs. FRAME_RESCALE=True with RESIZE_INTERPOLATION='pillow' is the
+original's scipy.misc.imresize: every frame stretched to 0..255 by its own minimum and maximum, then Pillow's
+bilinear resize. EPISODE_START chooses how an episode's first state is filled (see reset). Vector games (CartPole,
+Acrobot, ...): the state is the observation as a float32 vector, not stacked.
 
 The state returned by reset() and step() is a READ-ONLY VIEW of this Environment's internal buffer, overwritten by
 the next reset() or step(): a caller that keeps a state must copy it (writing it into a shared-memory slot is such a
 copy). This saves an allocation and a copy per step.
 
-Imported by agent processes: numpy, gymnasium, ale_py and cv2 only (no torch).
+Imported by agent processes: numpy, gymnasium, ale_py and cv2 only (no torch; Pillow with 'pillow').
 """
 
 from __future__ import annotations
@@ -23,7 +25,21 @@ import numpy as np
 from ga3c.errors import ConfigError
 from ga3c.GameManager import GameManager
 
-_INTERPOLATIONS = {'linear': cv2.INTER_LINEAR, 'area': cv2.INTER_AREA}
+_INTERPOLATIONS = {'linear': cv2.INTER_LINEAR, 'area': cv2.INTER_AREA, 'pillow': None}
+# The original's grayscale (ITU-R 601 luma), computed in floating point from the RGB screen
+_GRAY_WEIGHTS = np.array([0.299, 0.587, 0.114])
+NOOP = 0  # action 0 is NOOP in every ALE game
+
+
+def min_max_stretch(gray: np.ndarray) -> np.ndarray:
+    """The original's per-frame rescale (scipy.misc.bytescale, which scipy.misc.imresize applied to float
+    frames): (x - min) * 255 / (max - min), rounded half up to uint8; a uniform frame becomes all 0."""
+    low, high = float(gray.min()), float(gray.max())
+    scale = 255.0 / ((high - low) or 1.0)
+    out = (gray - low) * scale
+    np.clip(out, 0.0, 255.0, out=out)
+    out += 0.5
+    return out.astype(np.uint8)
 
 
 class Environment:
@@ -54,6 +70,16 @@ class Environment:
                 raise ConfigError(f'RESIZE_INTERPOLATION={cfg.RESIZE_INTERPOLATION!r}: expected one of '
                                   f'{sorted(_INTERPOLATIONS)}')
             self._interp = _INTERPOLATIONS[interp]
+            self._pil = None
+            if interp == 'pillow':
+                try:
+                    from PIL import Image
+                except ImportError:
+                    raise ConfigError("RESIZE_INTERPOLATION='pillow' needs Pillow, which is not installed: "
+                                      "pip install pillow, or choose 'linear' or 'area'") from None
+                self._pil = Image
+            self._rescale = bool(cfg.FRAME_RESCALE)
+            self._noop_start = cfg.EPISODE_START == 'noop'
             self._k = int(cfg.STACKED_FRAMES)
             self._h, self._w = int(cfg.IMAGE_HEIGHT), int(cfg.IMAGE_WIDTH)
             if self._k < 1 or self._h < 1 or self._w < 1:
@@ -81,10 +107,15 @@ class Environment:
 
     # ----------------------------------------------------------------------------------------------- preprocessing
     def _frame_into(self, obs: np.ndarray, dst: np.ndarray) -> None:
-        if self._rgb:
+        if self._rescale:
+            obs = min_max_stretch(np.dot(obs, _GRAY_WEIGHTS) if self._rgb else obs.astype(np.float64))
+        elif self._rgb:
             cv2.cvtColor(obs, cv2.COLOR_RGB2GRAY, dst=self._gray)
             obs = self._gray
-        cv2.resize(obs, (self._w, self._h), dst=dst, interpolation=self._interp)
+        if self._pil is not None:
+            dst[:] = np.asarray(self._pil.fromarray(obs).resize((self._w, self._h), self._pil.BILINEAR))
+        else:
+            cv2.resize(obs, (self._w, self._h), dst=dst, interpolation=self._interp)
 
     def _vector_into(self, obs) -> None:
         if self._onehot:
@@ -95,13 +126,22 @@ class Environment:
 
     # ----------------------------------------------------------------------------------------------------- API
     def reset(self) -> np.ndarray:
-        """Start an episode; returns the state (a read-only view of the internal buffer: copy it to keep it)."""
+        """Start an episode; returns the state (a read-only view of the internal buffer: copy it to keep it).
+
+        Images, EPISODE_START='repeat': the reset frame fills the stack. 'noop', the original's: the reset frame,
+        then one frame per no-op step, max(1, STACKED_FRAMES - 1) of them (the original's frame queue counted its
+        first state from the first step after a reset), whose rewards and ends are ignored, as the original's."""
         obs = self.game.reset()
         self.total_reward = 0.0
         if self._is_atari:
             buf = self._buf
             self._frame_into(obs, buf[-1])
-            buf[:-1] = buf[-1]
+            if self._noop_start:
+                for _ in range(max(1, self._k - 1)):
+                    buf[:-1] = buf[1:]
+                    self._frame_into(self.game.step(NOOP)[0], buf[-1])
+            else:
+                buf[:-1] = buf[-1]
         else:
             self._vector_into(obs)
         return self._state

@@ -66,6 +66,8 @@ def _sticky_words(p: float) -> str:
 
 
 def _ale_kwargs(cfg, obs_type: str = 'grayscale') -> dict:
+    if obs_type == 'grayscale' and cfg.FRAME_RESCALE:
+        obs_type = 'rgb'  # the original's gray, unrounded, from the RGB screen
     return {
         'frameskip': int(cfg.FRAMESKIP),
         'repeat_action_probability': float(cfg.REPEAT_ACTION_PROBABILITY),

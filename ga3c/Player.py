@@ -44,8 +44,8 @@ DEFAULT_VIDEO = "play.mp4"
 WINDOW_NAME = "ga3c"
 WINDOW_TARGET_SIZE = 640  # the window scales the screen up by a whole factor to about this many pixels
 # Settings that shape the network or its input: play takes the checkpoint's, since no other value can load it.
-ADOPTED_SETTINGS = ("STACKED_FRAMES", "IMAGE_HEIGHT", "IMAGE_WIDTH", "RESIZE_INTERPOLATION", "MLP_HIDDEN_SIZE",
-                    "MIN_POLICY", "USE_LOG_SOFTMAX")
+ADOPTED_SETTINGS = ("STACKED_FRAMES", "IMAGE_HEIGHT", "IMAGE_WIDTH", "RESIZE_INTERPOLATION", "FRAME_RESCALE",
+                    "MLP_HIDDEN_SIZE", "MIN_POLICY", "USE_LOG_SOFTMAX")
 # Settings of the game itself: the user's win (an evaluation may change them on purpose), with a warning.
 WARNED_SETTINGS = ("FRAMESKIP", "REPEAT_ACTION_PROBABILITY")
 

@@ -314,7 +314,8 @@ def validate(cfg: Config, *, sources: Mapping[str, str] | None = None) -> None:
     at_least('STACKED_FRAMES', 1)
     for name in ('IMAGE_WIDTH', 'IMAGE_HEIGHT'):
         at_least(name, MIN_IMAGE_SIZE, f"the network's two conv layers need at least {MIN_IMAGE_SIZE} pixels")
-    one_of('RESIZE_INTERPOLATION', ('linear', 'area'))
+    one_of('RESIZE_INTERPOLATION', ('linear', 'area', 'pillow'))
+    one_of('EPISODE_START', ('repeat', 'noop'))
     at_least('EPISODES', 1)
     at_least('ANNEALING_EPISODE_COUNT', 1)
     at_least('MAX_STEPS', 0, '0 = no limit')
