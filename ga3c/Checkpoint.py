@@ -1,5 +1,5 @@
-"""Checkpoints: atomic writes, found by the episode stored inside them (not parsed from the name: quirk 8), loaded
-with `weights_only=True`, and checked against the run that loads them.
+"""Checkpoints: atomic writes, found by the episode stored inside them (the original parsed it back out of the file
+name), loaded with `weights_only=True`, and checked against the run that loads them.
 
 A checkpoint is `<CHECKPOINT_DIR>/<NETWORK_NAME>_<episode:08d>.pt`, a torch file holding a plain dict:
     format='ga3c-checkpoint', format_version=1, name, episode, counters, network, settings, meta

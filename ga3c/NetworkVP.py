@@ -9,7 +9,8 @@ smooth features that do not die on unnormalised inputs) -> the same heads.
 Losses are the original's, SUMS over the batch:
     value   0.5 * sum((R - V)^2)
     policy  -sum(log_pi(a) * adv + beta * H(pi)),  H(pi) = -sum_a pi * log_pi
-    log_pi = log(pi + LOG_EPSILON) (the paper's form; quirk 4: the original clamped, which zeroes the gradient), with
+    log_pi = log(pi + LOG_EPSILON) (the paper's form; the original's code clamped, log(max(pi, LOG_EPSILON)), which
+    zeroes the gradient below LOG_EPSILON), with
     pi = (softmax + MIN_POLICY) / (1 + MIN_POLICY * A); or, with USE_LOG_SOFTMAX, log_pi = log_softmax(logits) and
     pi = softmax(logits): the original ignores MIN_POLICY in that branch, and so does this one (in predict too).
 

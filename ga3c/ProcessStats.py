@@ -29,6 +29,13 @@ from datetime import datetime
 from ga3c import SharedBuffers as sb
 
 
+def results_line(when: float, reward: float, length: int) -> str:
+    """One results.txt line: `YYYY-mm-dd HH:MM:SS, reward, length`. The original wrote the reward with %d (cut to
+    an integer); here a whole score is written whole and a fractional one keeps its fraction, with 10 significant
+    digits (Python's %g keeps 6: 1234567 became 1.23457e+06)."""
+    return f"{datetime.fromtimestamp(when):%Y-%m-%d %H:%M:%S}, {reward:.10g}, {length}\n"
+
+
 class ProcessStats:
     def __init__(self, cfg, shared: sb.SharedBuffers, episode_conn, control_conn, parent_pid: int, start_time: float,
                  frames_per_step: int, results_path: str) -> None:
@@ -108,7 +115,7 @@ class ProcessStats:
         cfg, c = self.cfg, self.shared.counters
         if self.episodes >= cfg.EPISODES:
             return
-        self.results.write(f"{datetime.fromtimestamp(when):%Y-%m-%d %H:%M:%S}, {reward:g}, {length}\n")
+        self.results.write(results_line(when, reward, length))
         self.results.flush()
         self.episodes += 1
         c[sb.C_EPISODES] = self.episodes

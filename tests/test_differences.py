@@ -1,6 +1,6 @@
-"""The original's episode start and frame preprocessing, offered as settings (EPISODE_START='noop', FRAME_RESCALE,
+"""The original's behaviours that docs/differences.md offers as settings (EPISODE_START='noop', FRAME_RESCALE,
 RESIZE_INTERPOLATION='pillow'), checked on real ALE frames against the original's procedure computed here with a raw
-gymnasium env and numpy (docs/differences.md describes both)."""
+gymnasium env and numpy; and the results.txt number format."""
 
 import cv2
 import gymnasium as gym
@@ -182,3 +182,16 @@ def test_settings_accept_and_reject_the_new_values():
         assert str(err.value).startswith(f'bad value for {key}: ')
     text = help_text()
     assert "EPISODE_START='repeat'" in text and 'FRAME_RESCALE=False' in text and "'pillow'" in text
+
+
+# ---------------------------------------------------------------------------------------------------- results.txt
+def test_results_line_keeps_whole_scores_whole():
+    from datetime import datetime
+
+    from ga3c.ProcessStats import results_line
+
+    when = datetime(2026, 1, 2, 3, 4, 5).timestamp()
+    assert results_line(when, -21.0, 812) == '2026-01-02 03:04:05, -21, 812\n'
+    assert results_line(when, 1234567.0, 5) == '2026-01-02 03:04:05, 1234567, 5\n'
+    assert results_line(when, 0.1 + 0.2, 5) == '2026-01-02 03:04:05, 0.3, 5\n'
+    assert results_line(when, -2.5, 5) == '2026-01-02 03:04:05, -2.5, 5\n'
