@@ -195,3 +195,13 @@ def test_results_line_keeps_whole_scores_whole():
     assert results_line(when, 1234567.0, 5) == '2026-01-02 03:04:05, 1234567, 5\n'
     assert results_line(when, 0.1 + 0.2, 5) == '2026-01-02 03:04:05, 0.3, 5\n'
     assert results_line(when, -2.5, 5) == '2026-01-02 03:04:05, -2.5, 5\n'
+
+
+def test_play_takes_frame_rescale_from_the_checkpoint():
+    # the network was trained on stretched (or unstretched) frames: play must feed it the same
+    from ga3c.Player import Player
+
+    player = Player(make_cfg(PLAY_MODE=True))
+    player._adopt_settings({'settings': {'FRAME_RESCALE': True, 'RESIZE_INTERPOLATION': 'pillow'}})
+    assert player.cfg.FRAME_RESCALE is True and player.cfg.RESIZE_INTERPOLATION == 'pillow'
+    assert Config.FRAME_RESCALE is False
