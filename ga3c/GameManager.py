@@ -247,9 +247,9 @@ class GameManager:
         self.env = gym.make(self.gym_id, **kwargs)
         self._seed = None if seed is None else int(seed)
         self._seeded = False
-        shape = self.env.observation_space.shape
-        self._is_image = isinstance(self.env.observation_space, gym.spaces.Box) and shape is not None \
-            and len(shape) in (2, 3)
+        space = self.env.observation_space
+        # Images are bytes; a Box of floats with several dimensions is a vector to flatten.
+        self._is_image = isinstance(space, gym.spaces.Box) and space.dtype == np.uint8 and len(space.shape) in (2, 3)
 
     def reset(self) -> np.ndarray:
         """Start an episode; the first call seeds the env (costly, ~85 ms), later ones do not."""

@@ -8,7 +8,7 @@ import textwrap
 
 import numpy as np
 import pytest
-from conftest import CPU, PYTHON, REPO, result_lines, run_ga3c, summary, tagged_env
+from conftest import CPU, PYTHON, REPO, latest_checkpoint, result_lines, run_ga3c, summary, tagged_env
 
 from ga3c.Config import Config
 from ga3c.errors import ConfigError
@@ -165,3 +165,17 @@ def test_popgym_trains_then_plays_without_a_screen(tmp_path):
     errors = [line for line in err.splitlines() if line.startswith("ga3c: error: ")]
     assert rc == 2 and "Traceback" not in err and len(errors) == 1, err
     assert errors[0].endswith("so VIDEO_PATH cannot be recorded: leave VIDEO_PATH empty")
+
+
+@pytest.mark.parametrize("game, state_size", [
+    ("popgym:popgym-CountRecallEasy-v0", 4),  # MultiDiscrete([2 2]): two one-hots
+    ("minigrid:MiniGrid-MemoryS7-v0", 4 + 7 * 7 * 3),  # Dict: direction one-hot, grid code; fixed mission left out
+])
+def test_short_feed_forward_run_on_encoded_observations(tmp_path, game, state_size):
+    rc, out, err = run_ga3c([f"ATARI_GAME={game}", *CPU, "AGENTS=2", "MAX_STEPS=500"], tmp_path, timeout=180)
+    assert rc == 0, err[-3000:]
+    s = summary(err)
+    assert s["steps"] >= 500 and s["lost"] == 0 and s["produced"] == s["trained"] + s["dropped"]
+    assert s["updates"] > 0
+    assert len(result_lines(tmp_path / "results.txt")) == s["episodes"] >= 1
+    assert latest_checkpoint(tmp_path / "checkpoints")["meta"]["state_shape"] == [state_size]
