@@ -179,3 +179,32 @@ def test_short_feed_forward_run_on_encoded_observations(tmp_path, game, state_si
     assert s["updates"] > 0
     assert len(result_lines(tmp_path / "results.txt")) == s["episodes"] >= 1
     assert latest_checkpoint(tmp_path / "checkpoints")["meta"]["state_shape"] == [state_size]
+
+
+def test_user_module_is_imported_in_a_ray_agent_group(tmp_path):
+    """A Ray agent group (an actor in a Ray worker process, not a spawned child) imports the user's module when it
+    makes its environments, and rolls out on them."""
+    pytest.importorskip("ray")
+    (tmp_path / "mymod.py").write_text(textwrap.dedent(USER_MODULE))
+    code = textwrap.dedent('''
+        import os, ray, torch
+        from ga3c.NetworkVP import NetworkVP
+        from ga3c.ray_cluster import AgentGroup
+        from ga3c.settings import parse_settings
+        cfg = parse_settings(["ATARI_GAME=mymod:My-v0", "CLUSTER_ENVS_PER_GROUP=3", "TIME_MAX=5"])
+        ray.init(num_cpus=1, include_dashboard=False, object_store_memory=100 * 2**20, log_to_driver=False)
+        group = ray.remote(num_cpus=1)(AgentGroup).remote(cfg, 0, 1, (2,), 2)
+        weights = {k: v.numpy() for k, v in NetworkVP(cfg, (2,), 2, torch.device("cpu")).get_state()["model"].items()}
+        out = ray.get(group.rollout.remote(weights, 1))
+        print("rollout", out["states"].shape, out["rewards"].shape)
+        print("driver", os.getpid())
+        ray.shutdown()
+    ''')
+    env = tagged_env("ray-user-module", {"PYTHONPATH": f"{REPO}:{tmp_path}"})
+    proc = subprocess.run([PYTHON, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "rollout (6, 3, 2) (5, 3)" in proc.stdout
+    made = [line.split() for line in (tmp_path / "made.txt").read_text().splitlines()]
+    assert len(made) == 3 and len({pid for pid, _ in made}) == 1, made  # the group's 3 envs, in its worker
+    driver = [line.split()[1] for line in proc.stdout.splitlines() if line.startswith("driver ")]
+    assert driver and made[0][0] != driver[0], (made, driver)
