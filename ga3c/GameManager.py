@@ -235,15 +235,16 @@ class GameManager:
         self.gym_id, kwargs, self.note = resolve_game_id(game_id, cfg)
         self.is_ale = _is_ale_spec(gym.envs.registry[self.gym_id])
         self.frameskip = int(kwargs.get('frameskip', 1))
-        spec = gym.envs.registry[self.gym_id]
-        modes = _render_modes(spec)
         self.render_problem = None  # why render() cannot give the frame asked for
-        if render_mode is not None and modes is not None and render_mode not in modes:
-            self.render_problem = f'it has no {render_mode!r} render mode; its render modes: {list(modes) or "none"}'
-            render_mode = None
-        self.render_mode = render_mode
         if render_mode is not None:  # only when asked: some constructors take no render_mode (popgym's)
-            kwargs['render_mode'] = render_mode
+            modes = _render_modes(gym.envs.registry[self.gym_id])
+            if modes is not None and render_mode not in modes:
+                self.render_problem = f'it has no {render_mode!r} render mode; its render modes: ' \
+                                      f'{list(modes) or "none"}'
+                render_mode = None
+            else:
+                kwargs['render_mode'] = render_mode
+        self.render_mode = render_mode
         self.env = gym.make(self.gym_id, **kwargs)
         self._seed = None if seed is None else int(seed)
         self._seeded = False
