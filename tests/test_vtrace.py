@@ -6,13 +6,20 @@ from __future__ import annotations
 
 import math
 import multiprocessing as mp
-import threading
-from collections import deque
 
 import numpy as np
 import pytest
 import torch
-from conftest import CARTPOLE, assert_accounted, leftover_processes, run_ga3c, summary, tagged_env, tail
+from conftest import (
+    CARTPOLE,
+    FakeServer,
+    assert_accounted,
+    leftover_processes,
+    run_ga3c,
+    summary,
+    tagged_env,
+    tail,
+)
 
 from ga3c import SharedBuffers as sb
 from ga3c.Experience import n_step_returns
@@ -178,27 +185,6 @@ def test_no_gradient_flows():
 
 
 # ---------------------------------------------------------------------------------------------------------------
-class FakeServer:
-    """What a ThreadTrainer uses of the server: settings, shared buffers, the network, the experience records."""
-
-    def __init__(self, cfg, shared, network, records):
-        self.cfg, self.shared, self.network = cfg, shared, network
-        self.device = network.device
-        self.counter_lock = threading.Lock()
-        self.learning_rate, self.beta = 1e-3, 0.01
-        self.records = deque(records)
-        self.released = []
-
-    def next_experience(self, wait):
-        return self.records.popleft() if self.records else None
-
-    def release_slot(self, slot):
-        self.released.append(slot)
-
-    def training_scalars(self, scalars, lag_mean, lag_max):
-        self.lag_seen = (lag_mean, lag_max)
-
-
 def test_trainer_vtrace_path_with_mixed_lengths_and_stale_steps():
     tmax, envs, gamma, max_lag, now = 5, 2, 0.95, 3, 20
     cfg = parse_settings(["ATARI_GAME=CartPole-v1", "DEVICE=cpu", "POLICY_LAG_CORRECTION=vtrace", "VTRACE_RHO=1.0",
