@@ -322,7 +322,8 @@ class Server:
                                    int(sh.agent_steps[agent_id]))
         sh.agent_slot[agent_id] = -1
         fd = self.experience_writer.fileno()
-        if select.select([], [fd], [], RECOVERY_WRITE_SECONDS)[1]:  # never block the main loop (no trainer left to read)
+        # never block the main loop (no trainer left to read)
+        if select.select([], [fd], [], RECOVERY_WRITE_SECONDS)[1]:
             os.write(fd, sb.EXPERIENCE.pack(-1, number, 0))
         # otherwise it stays in self.recoveries, for _drain_experience
 

@@ -13,8 +13,8 @@ import pytest
 from conftest import CARTPOLE, leftover_processes, run_ga3c, summary, tagged_env, tail, wait_until
 from test_reliability import in_process_server, run_with_driver
 
-from ga3c import SharedBuffers as sb
 from ga3c import Server as server_module
+from ga3c import SharedBuffers as sb
 
 CRASHING_ENV = '''
 import gymnasium
