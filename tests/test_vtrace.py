@@ -283,5 +283,5 @@ def test_cartpole_runs_with_vtrace(tmp_path, tag):
     assert not left, "processes left behind by the run:\n" + "\n".join(left)
     s = summary(err)
     assert_accounted(s, err)
-    assert s["steps"] >= 3000 and s["produced"] == s["steps"], s
+    assert s["steps"] >= 3000, s
     assert s["trained"] > 0 and s["updates"] > 0, s
