@@ -39,36 +39,35 @@ BASE_POLICY = np.array([0.1, 0.3, 0.6])
 
 
 class StepEnv(gym.Env):
-    """A real gymnasium environment whose observation says where it is: [its seed, episode, step in the episode,
-    steps since it was made]. Episode n of the env seeded s ends (terminated) after 3 + (s + n) % 5 steps unless
-    `episode_length` fixes it, or the TimeLimit of its registration cuts it first; the reward of a step is
-    0.5 * action - 0.1 * (step in the episode). Every step goes into `StepEnv.log[seed]` as (state before the
-    step, action, reward, terminated)."""
+    """A real gymnasium environment whose observation says where it is: [its number (the order in which the
+    environments were made), episode, step in the episode, steps since it was made]. Episode n of env i ends
+    (terminated) after 3 + (i + n) % 5 steps unless `episode_length` fixes it, or the TimeLimit of its
+    registration cuts it first; the reward of a step is 0.5 * action - 0.1 * (step in the episode). `StepEnv.made`
+    lists the environments made, and each logs its steps in `log` as (state before, action, reward, terminated)."""
 
-    log: dict[int, list] = {}
+    made: list[StepEnv] = []
 
     def __init__(self, episode_length: int | None = None, render_mode: str | None = None) -> None:
         self.render_mode = render_mode
         self.observation_space = gym.spaces.Box(-np.inf, np.inf, (4,), np.float32)
         self.action_space = gym.spaces.Discrete(ACTIONS)
         self.episode_length = episode_length
-        self.seed_id = -1
+        self.number = len(StepEnv.made)
+        StepEnv.made.append(self)
+        self.log: list[tuple[np.ndarray, int, float, bool]] = []
         self.episode = -1
         self.step_in_episode = 0
         self.total = 0
         self.length = 0
 
     def _obs(self) -> np.ndarray:
-        return np.array([self.seed_id, self.episode, self.step_in_episode, self.total], dtype=np.float32)
+        return np.array([self.number, self.episode, self.step_in_episode, self.total], dtype=np.float32)
 
     def reset(self, *, seed=None, options=None):
         super().reset(seed=seed)
-        if seed is not None:
-            self.seed_id = seed
-            StepEnv.log[seed] = []
         self.episode += 1
         self.step_in_episode = 0
-        self.length = self.episode_length or 3 + (self.seed_id + self.episode) % 5
+        self.length = self.episode_length or 3 + (self.number + self.episode) % 5
         return self._obs(), {}
 
     def step(self, action):
@@ -77,7 +76,7 @@ class StepEnv(gym.Env):
         self.step_in_episode += 1
         self.total += 1
         terminated = self.step_in_episode >= self.length
-        StepEnv.log[self.seed_id].append((before, int(action), reward, terminated))
+        self.log.append((before, int(action), reward, terminated))
         return self._obs(), reward, terminated, False, {}
 
 
@@ -162,7 +161,7 @@ class AgentRun:
     cfg: object
     shared: sb.SharedBuffers
     agent_id: int
-    seeds: list[int]
+    envs: list[StepEnv]  # the agent's environments, in its order
     predictor: ScriptedPredictor
     records: list[tuple[int, int, int]]  # (agent, slot, steps) as announced, in order
     rollouts: list[dict]  # each announced slot's content, copied
@@ -182,14 +181,13 @@ def run_agent_here(cfg, stop_at: int) -> AgentRun:
         ctx.Pipe(duplex=False) for _ in range(5))
     for slot in range(slots):
         os.write(free_w.fileno(), sb.SLOT.pack(slot))
-    agent_id, incarnation = 1, 1
-    seed0 = cfg.SEED + 1_000_003 * incarnation + agent_id * envs  # the seeds ProcessAgent documents in its code
+    agent_id = 1
     predictor = ScriptedPredictor(sh, agent_id, req_r.fileno(), rep_w, stop_at)
     predictor.start()
-    StepEnv.log.clear()
+    StepEnv.made.clear()
     handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        ProcessAgent(agent_id, incarnation, cfg, sh, req_w, rep_r, free_r, exp_w, ep_w).run()
+        ProcessAgent(agent_id, 1, cfg, sh, req_w, rep_r, free_r, exp_w, ep_w).run()
     finally:
         for s, handler in handlers.items():
             signal.signal(s, handler)
@@ -206,7 +204,7 @@ def run_agent_here(cfg, stop_at: int) -> AgentRun:
             logp=sh.exp_logp[slot, :n].copy(), versions=sh.exp_version[slot, :n].copy()))
     for conn in (req_r, req_w, rep_r, free_r, free_w, exp_r, exp_w, ep_r, ep_w):
         conn.close()
-    return AgentRun(cfg, sh, agent_id, [seed0 + e for e in range(envs)], predictor, records, rollouts, episodes)
+    return AgentRun(cfg, sh, agent_id, list(StepEnv.made), predictor, records, rollouts, episodes)
 
 
 def reference_returns(rewards, terminated, truncated, values, bootstrap, gamma) -> np.ndarray:
@@ -229,7 +227,8 @@ def reference_returns(rewards, terminated, truncated, values, bootstrap, gamma) 
 def expected_steps(run: AgentRun, steps: int, time_limit: int | None) -> dict:
     """What the environments' logs and the script say about each step k < `steps`, [steps, E] arrays."""
     cfg, envs = run.cfg, run.cfg.ENVS_PER_AGENT
-    logs = [StepEnv.log[seed] for seed in run.seeds]
+    assert len(run.envs) == envs
+    logs = [env.log for env in run.envs]
     assert [len(log) for log in logs] == [steps] * envs, "the environments did not take one step per reply"
     def column(i, dtype):
         return np.array([[logs[e][k][i] for e in range(envs)] for k in range(steps)], dtype=dtype).reshape(
