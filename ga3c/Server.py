@@ -50,6 +50,14 @@ AGENT_STOP_SECONDS = 5.0  # time the agents get to send their last rollouts befo
 AGENT_DEATH_WINDOW = 60  # seconds; more than AGENT_DEATHS_ALLOWED agent deaths in it stop the run (a crash loop)
 AGENT_DEATHS_ALLOWED = 10
 DEAD_ID_SECONDS = 5.0  # a dead agent's id and reply pipe stay unused this long (its last request may be answered)
+TICK_SECONDS = 0.05  # period of the main loop
+# Shutdown: what each step may take at most (the tests derive the worst case of a stop from these)
+DYNAMIC_JOIN_SECONDS = 2.0  # the dynamic adjustment thread ends
+RECOVERY_WRITE_SECONDS = 1.0  # per agent that ended: room for its recovery record in the experience pipe
+PREDICTOR_JOIN_SECONDS = 2.0  # per predictor thread
+TRAINER_JOIN_SECONDS = 5.0  # per trainer thread, training on what is left
+STATS_JOIN_SECONDS = 5.0  # the stats process records the last episodes and ends, or is killed
+STATS_KILL_SECONDS = 1.0  # the killed stats process is reaped
 
 
 def check_writable(folder: str, setting: str) -> None:
@@ -314,7 +322,8 @@ class Server:
                                    int(sh.agent_steps[agent_id]))
         sh.agent_slot[agent_id] = -1
         fd = self.experience_writer.fileno()
-        if select.select([], [fd], [], 1.0)[1]:  # never block the main loop (no trainer left to read)
+        # never block the main loop (no trainer left to read)
+        if select.select([], [fd], [], RECOVERY_WRITE_SECONDS)[1]:
             os.write(fd, sb.EXPERIENCE.pack(-1, number, 0))
         # otherwise it stays in self.recoveries, for _drain_experience
 
@@ -495,7 +504,7 @@ class Server:
                     self.cluster = ThreadRayAgents(self)
                     self.cluster.start()
             while self.stop_reason is None:
-                time.sleep(0.05)
+                time.sleep(TICK_SECONDS)
                 self._tick()
         except Exception as exc:  # noqa: BLE001 - logged, and the run still ends in order
             log.error("the server failed, stopping the run:\n%s", "".join(traceback.format_exception(exc)).rstrip())
@@ -527,7 +536,7 @@ class Server:
     def _shutdown(self, dynamic) -> None:
         if dynamic is not None:
             dynamic.stop()
-            dynamic.join(timeout=2)
+            dynamic.join(timeout=DYNAMIC_JOIN_SECONDS)
         with self.components_lock:
             while self.agents:
                 self.remove_agent()
@@ -549,20 +558,20 @@ class Server:
         for thread in self.predictors:
             thread.exit_flag = True
         for thread in self.predictors:
-            thread.join(timeout=2)
+            thread.join(timeout=PREDICTOR_JOIN_SECONDS)
         for thread in self.trainers:
             thread.drain = True
             thread.exit_flag = True
         for thread in self.trainers:
-            thread.join(timeout=5)
+            thread.join(timeout=TRAINER_JOIN_SECONDS)
         self._drain_experience()
         if self.stats_started:  # every agent has ended: the stats process records what they sent, then ends
             self._to_stats(None)
-            self.stats.join(timeout=5)
+            self.stats.join(timeout=STATS_JOIN_SECONDS)
             if self.stats.is_alive():
                 log.warning("the stats process did not end in time; killing it")
                 self.stats.kill()
-                self.stats.join(timeout=1)
+                self.stats.join(timeout=STATS_KILL_SECONDS)
         changed = self.network.version != self.saved_version or self.episodes() != self.saved_episodes
         if self.cfg.SAVE_MODELS and self.cfg.TRAIN_MODELS and changed:
             self._try_save("final")

@@ -2,8 +2,8 @@
 
 It waits for one request, then takes every request already queued, up to PREDICTION_BATCH_SIZE states, in one
 read of the request pipe; gathers those agents' states from shared memory into one (pinned, on a GPU) staging
-tensor; runs one forward pass; writes policy, value and model version into the agents' reply arrays; and wakes
-each agent with one byte on its reply pipe.
+tensor; runs one forward pass; writes policy, value and the model version the pass started from into the agents'
+reply arrays; and wakes each agent with one byte on its reply pipe.
 """
 
 from __future__ import annotations
@@ -58,11 +58,14 @@ class ThreadPredictor(threading.Thread):
             batch = staging[:n]
             torch.index_select(obs, 0, torch.from_numpy(ids), out=batch)
             t2 = clock()
+            # the version of the weights the forward pass starts from: an update landing during it must not pass
+            # for the one that acted (the policy lag would be undercounted and MAX_POLICY_LAG would keep stale steps)
+            version = srv.network.version
             policy, value = srv.network.predict(batch.view((n * envs,) + state_shape))
             t3 = clock()
             sh.policy[ids] = policy.numpy().reshape(n, envs, -1)
             sh.value[ids] = value.numpy().reshape(n, envs)
-            sh.version[ids] = srv.network.version
+            sh.version[ids] = version
             for agent_id in ids:
                 srv.reply(int(agent_id))
             t4 = clock()

@@ -12,8 +12,10 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
+from collections import deque
 from pathlib import Path
 
 import pytest
@@ -27,6 +29,11 @@ STATS_LINE = re.compile(
     r"^\[Time: +\d+\] \[Episode: +(?P<episode>\d+) Score: +-?[\d.]+\] \[RScore: +-?[\d.]+ RPPS: +\d+\] "
     r"\[PPS: +(?P<pps>\d+) TPS: +(?P<tps>\d+)\].*\[NT: +(?P<nt>\d+) NP: +(?P<np>\d+) NA: +(?P<na>\d+)\]$")
 SUMMARY = re.compile(r"summary: (?P<body>.*)$", re.MULTILINE)
+
+# What no constant of the code bounds in a stop: one checkpoint save (a few MB written and fsynced on a loaded
+# machine) and the interpreter's exit after the server returns.
+SAVE_ALLOWANCE = 10.0
+EXIT_ALLOWANCE = 5.0
 
 # Common settings of the short CPU runs.
 CPU = ["DEVICE=cpu", "DYNAMIC_SETTINGS=False"]
@@ -214,3 +221,37 @@ def stop_when_learned(proc: subprocess.Popen, results: Path, window: int, target
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
     return reached
+
+
+def stop_bound(agents: int, predictors: int, trainers: int, saves: int = 1) -> float:
+    """Worst case, in seconds, from a stop request (a signal, a failed component, a stop condition) to the end of
+    the run, from the constants Server uses: the tick that notices it, the dynamic adjustment's join, the agents'
+    time to send their last rollouts, one recovery record per agent, each predictor's and trainer's join, the stats
+    process's join and kill; plus `saves` checkpoint saves (a periodic one under way, the final one) and the
+    interpreter's exit, which no constant bounds (SAVE_ALLOWANCE, EXIT_ALLOWANCE)."""
+    from ga3c import Server as s
+
+    return (s.TICK_SECONDS + s.DYNAMIC_JOIN_SECONDS + s.AGENT_STOP_SECONDS + agents * s.RECOVERY_WRITE_SECONDS
+            + predictors * s.PREDICTOR_JOIN_SECONDS + trainers * s.TRAINER_JOIN_SECONDS + s.STATS_JOIN_SECONDS
+            + s.STATS_KILL_SECONDS + saves * SAVE_ALLOWANCE + EXIT_ALLOWANCE)
+
+
+class FakeServer:
+    """What a ThreadTrainer uses of the server: settings, shared buffers, the network, the experience records."""
+
+    def __init__(self, cfg, shared, network, records):
+        self.cfg, self.shared, self.network = cfg, shared, network
+        self.device = network.device
+        self.counter_lock = threading.Lock()
+        self.learning_rate, self.beta = 1e-3, 0.01
+        self.records = deque(records)
+        self.released = []
+
+    def next_experience(self, wait):
+        return self.records.popleft() if self.records else None
+
+    def release_slot(self, slot):
+        self.released.append(slot)
+
+    def training_scalars(self, scalars, lag_mean, lag_max):
+        self.lag_seen = (lag_mean, lag_max)

@@ -76,3 +76,26 @@ def test_keeps_a_better_setting_and_goes_back_from_a_worse_one_measuring_it_agai
     dyn.run()
     assert measured_at == [(2, 2, 32, 2), (3, 2, 32, 3), (3, 1, 36, 4), (3, 2, 32, 3), (2, 2, 32, 3)]
     assert server.current == (2, 2, 32) and cluster.groups == 3  # the last proposal, applied when the run stopped
+
+
+def test_measure_counts_trained_samples_per_second_of_the_window_only():
+    """The objective: transitions trained during the window, divided by its length; what was trained while the
+    new setting settled does not count."""
+    server = Server(cfg("DYNAMIC_SETTINGS_STEP_WAIT=8"))
+    dyn = ThreadDynamicAdjustment(server)
+    c = server.shared.counters
+    c[sb.C_TRAINED] = 1000
+    c[sb.C_UPDATES] = 10
+    waits = []
+
+    def wait(seconds):  # time passes: 500 transitions while settling, 1200 (in 3 updates) during the window
+        waits.append(seconds)
+        c[sb.C_TRAINED] += 500 if len(waits) == 1 else 1200
+        c[sb.C_UPDATES] += 3
+        return False
+
+    dyn.stop_event.wait = wait
+    assert dyn.measure() == 1200 / 8
+    assert waits == [2.0, 8]  # settles for a quarter of the window (at most 3 s), then measures the window
+    dyn.stop_event.wait = lambda seconds: True  # stopped meanwhile
+    assert dyn.measure() is None

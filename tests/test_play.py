@@ -252,3 +252,33 @@ def test_play_falls_back_to_video_without_gui(pong_run, tmp_path, monkeypatch, c
     assert Player(_pong_cfg(ckpt_dir, "PLAY_EPISODES=1")).run() == 0
     m = EPISODE_LINE.search(capsys.readouterr().out)
     assert m and count_frames(tmp_path / "play.mp4")[0] == int(m.group(4)) + 1
+
+
+@pytest.mark.parametrize("favoured", [0, 1])
+def test_play_takes_the_argmax_of_the_checkpoints_policy(tmp_path, monkeypatch, capsys, favoured):
+    """A checkpoint whose policy head's bias makes one action dominate in every state: play mode takes that action
+    at every step (both actions in turn, so neither the untrained network nor a fixed action passes)."""
+    from ga3c.Environment import Environment
+
+    cfg = parse_settings(["ATARI_GAME=CartPole-v1", "DEVICE=cpu", "SEED=3"])
+    net = NetworkVP(cfg, (4,), 2, torch.device("cpu"))
+    with torch.no_grad():
+        net.model.policy.bias.copy_(torch.tensor([40.0, -40.0] if favoured == 0 else [-40.0, 40.0]))
+    ckpt_dir = tmp_path / "ck"
+    save_checkpoint(str(ckpt_dir), cfg.NETWORK_NAME, 7, net.get_state(), {"episodes": 7, "steps": 100, "updates": 20},
+                    config_to_dict(cfg), make_meta("CartPole-v1", (4,), 2, "mlp"))
+    taken = []
+    real_step = Environment.step
+
+    def step(self, action):
+        taken.append(action)
+        return real_step(self, action)
+
+    monkeypatch.setattr(Environment, "step", step)
+    monkeypatch.chdir(tmp_path)
+    player = Player(parse_settings(["PLAY_MODE=True", "ATARI_GAME=CartPole-v1", "DEVICE=cpu",
+                                    f"CHECKPOINT_DIR={ckpt_dir}", "PLAY_EPISODES=2", "SEED=1"]))
+    assert player.run() == 0
+    assert len(player.lengths) == 2 and all(length > 0 for length in player.lengths)
+    assert taken == [favoured] * sum(player.lengths)
+    assert len(episodes(capsys.readouterr().out)) == 2

@@ -186,8 +186,7 @@ def test_killed_group_is_restarted_and_training_goes_on(local_ray, tmp_path):
     ray.kill(victim.actor, no_restart=False)  # as a node death: Ray restarts the actor
     run.wait_for(lambda: cl.restarts >= 1, "the death to be seen")
     run.wait_for(lambda: victim.live and cl.live_groups() == 2, "the group to be live again")
-    if getattr(sb, "C_CLUSTER_GROUPS", None) is not None:
-        assert server.shared.counters[sb.C_CLUSTER_GROUPS] == 2
+    assert server.shared.counters[sb.C_CLUSTER_GROUPS] == 2
     run.wait_for(lambda: cl.rollouts >= before + 20, "rollouts after the restart")
     trained = server.shared.counters[sb.C_TRAINED]
     run.wait_for(lambda: server.shared.counters[sb.C_TRAINED] > trained, "training to go on")

@@ -1,0 +1,147 @@
+"""The server's own rules, with real processes on the CPU: a crash loop of agents stops the run with one clear line;
+a dead agent's id and reply pipe stay unused for DEAD_ID_SECONDS; the learning rate and beta follow their
+annealing; the `train/*` scalars reach the TensorBoard event file."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import time
+
+import pytest
+from conftest import CARTPOLE, leftover_processes, run_ga3c, summary, tagged_env, tail, wait_until
+from test_reliability import in_process_server, run_with_driver
+
+from ga3c import Server as server_module
+from ga3c import SharedBuffers as sb
+
+CRASHING_ENV = '''
+import gymnasium
+from gymnasium.envs.classic_control.cartpole import CartPoleEnv
+
+
+class CrashingCartPole(CartPoleEnv):
+    """CartPole that resets (so the server's probe passes) but raises at every step: every agent dies at once."""
+
+    def step(self, action):
+        raise RuntimeError("injected: this environment cannot step")
+
+
+if "CrashingCartPole-v1" not in gymnasium.envs.registry:
+    gymnasium.register(id="CrashingCartPole-v1", entry_point="ga3c_test_crashing:CrashingCartPole")
+'''
+
+
+def test_a_crash_loop_of_agents_stops_the_run_with_one_clear_line(tmp_path, tag):
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "ga3c_test_crashing.py").write_text(CRASHING_ENV)
+    (site / "sitecustomize.py").write_text("import ga3c_test_crashing  # noqa: F401\n")
+    env = tagged_env(tag, {"PYTHONPATH": os.pathsep.join([str(site), tagged_env(tag)["PYTHONPATH"]])})
+    rc, out, err = run_ga3c(["ATARI_GAME=CrashingCartPole-v1", "DEVICE=cpu", "DYNAMIC_SETTINGS=False", "AGENTS=4",
+                             "MAX_AGENTS=32", "SAVE_MODELS=False", "MAX_SECONDS=300"], tmp_path, timeout=400, env=env)
+    assert rc == 1, f"exit status {rc}\n{tail(err)}"
+    allowed = server_module.AGENT_DEATHS_ALLOWED
+    stops = [line for line in err.splitlines() if "agents cannot run" in line]
+    assert len(stops) == 1, tail(err)
+    assert f"the {allowed + 1}-th agent death in {server_module.AGENT_DEATH_WINDOW} s" in stops[0]
+    assert "stopping: agents keep dying" in err
+    # each death before the last one allowed was replaced; none after
+    assert sum("starting a replacement" in line for line in err.splitlines()) == allowed, tail(err)
+    assert "injected: this environment cannot step" in err  # the agents' own error is on stderr
+    s = summary(err)
+    assert s["agent_deaths"] >= allowed + 1 and s["steps"] == 0 and s["lost"] == 0, s
+    left = leftover_processes(tag)
+    assert not left, "processes left behind:\n" + "\n".join(left)
+
+
+def test_a_dead_agents_id_and_reply_pipe_stay_unused_for_their_quarantine(tmp_path, monkeypatch, tag, caplog):
+    """MAX_AGENTS=2 and two agents: the killed agent's replacement must wait for its id, DEAD_ID_SECONDS after the
+    death was noticed, and its reply pipe stays open that long (a late reply finds no reused descriptor)."""
+    caplog.set_level(logging.INFO, logger="ga3c")
+    quarantine = server_module.DEAD_ID_SECONDS
+    server, _ = in_process_server([*CARTPOLE, "AGENTS=2", "MAX_AGENTS=2", "PREDICTORS=1", "TRAINERS=1",
+                                   "MAX_SECONDS=200", "EPISODES=1000000", "SAVE_MODELS=False",
+                                   "PRINT_STATS_FREQUENCY=100000"], tmp_path, monkeypatch, tag)
+    seen: dict[str, object] = {}
+
+    def drive(srv) -> None:
+        try:
+            assert wait_until(lambda: srv.shared.counters[sb.C_TRAINED] > 0, 90), "training never started"
+            with srv.components_lock:
+                proc, writer = srv.agents[0]
+            os.kill(proc.pid, signal.SIGKILL)
+            killed = time.time()
+            assert wait_until(lambda: srv.deaths == 1, 10), "the death was not noticed"
+            seen["during"] = (sorted(srv.agents), srv.replacements_due, writer.closed, srv.reply_fds[0])
+            assert wait_until(lambda: len(srv.agents) == 2, quarantine + 20), "the agent was never replaced"
+            seen["replaced_after"] = time.time() - killed
+            seen["after"] = sorted(srv.agents)
+            assert wait_until(lambda: writer.closed, 5), "the dead agent's reply pipe was never closed"
+            assert wait_until(lambda: srv.shared.agent_steps[0] > 0, 30), "the new agent 0 does not run"
+        finally:
+            srv.request_stop("test")
+
+    rc, errors = run_with_driver(server, drive)
+    assert not errors, errors[0]
+    assert rc == 0
+    assert seen["during"] == ([1], 1, False, -1), seen
+    assert seen["replaced_after"] >= quarantine, seen
+    assert seen["after"] == [0, 1]
+    assert sum("exited with code -9; starting a replacement" in r.getMessage() for r in caplog.records) == 1
+
+
+@pytest.mark.parametrize("episodes, progress", [(0, 0.0), (250, 0.25), (1000, 1.0), (5000, 1.0)])
+def test_learning_rate_and_beta_follow_their_annealing(tmp_path, monkeypatch, episodes, progress):
+    from ga3c.Server import Server
+    from ga3c.settings import parse_settings
+
+    monkeypatch.chdir(tmp_path)
+    server = Server(parse_settings([*CARTPOLE, "SAVE_MODELS=False", "ANNEALING_EPISODE_COUNT=1000",
+                                    "LEARNING_RATE_START=0.001", "LEARNING_RATE_END=0.0002", "BETA_START=0.02",
+                                    "BETA_END=0.004"]))
+    try:
+        server.shared.counters[sb.C_EPISODES] = episodes
+        server._anneal()
+        assert server.learning_rate == pytest.approx(0.001 - 0.0008 * progress, rel=1e-9)
+        assert server.beta == pytest.approx(0.02 - 0.016 * progress, rel=1e-9)
+    finally:
+        server.close()
+
+
+TRAIN_TAGS = ("loss_policy", "loss_value", "loss_total", "entropy", "grad_norm", "batch_size", "value_mean",
+              "version", "learning_rate", "beta", "policy_lag_mean", "policy_lag_max", "updates")
+
+
+def test_train_scalars_reach_tensorboard(tmp_path, tag):
+    """The run ends on EPISODES (counted by the stats process, which writes the event file): a run stopped
+    before the stats process has imported TensorBoard would have nothing to show."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    rc, out, err = run_ga3c([*CARTPOLE, "AGENTS=2", "TENSORBOARD=True", "TENSORBOARD_UPDATE_FREQUENCY=5",
+                             "EPISODES=40", "SAVE_MODELS=False", "LEARNING_RATE_START=0.0005",
+                             "LEARNING_RATE_END=0.0005", "BETA_START=0.02", "BETA_END=0.02"], tmp_path, timeout=240,
+                            env=tagged_env(tag))
+    assert rc == 0, tail(err)
+    s = summary(err)
+    acc = EventAccumulator(str(tmp_path / "logs"))
+    acc.Reload()
+    tags = set(acc.Tags()["scalars"])
+    missing = [t for t in TRAIN_TAGS if f"train/{t}" not in tags]
+    assert not missing, (missing, sorted(tags))
+    series = {t: acc.Scalars(f"train/{t}") for t in TRAIN_TAGS}
+    n = len(series["updates"])
+    assert n >= 2 and all(len(v) == n for v in series.values()), {t: len(v) for t, v in series.items()}
+    updates = [e.value for e in series["updates"]]
+    assert updates == sorted(set(updates)) and updates[-1] <= s["updates"], (updates, s)
+    # one point per TENSORBOARD_UPDATE_FREQUENCY updates at most
+    assert len({int(u) // 5 for u in updates}) == n
+    assert all(e.value == pytest.approx(0.0005) for e in series["learning_rate"])
+    assert all(e.value == pytest.approx(0.02) for e in series["beta"])
+    for total, policy, value in zip(series["loss_total"], series["loss_policy"], series["loss_value"], strict=True):
+        assert total.value == pytest.approx(policy.value + value.value, rel=1e-4, abs=1e-4)
+    assert all(e.value >= 1 for e in series["batch_size"])
+    assert all(0 <= e.value <= 1 for e in series["policy_lag_mean"][:1])  # the first update acts on fresh weights
+    steps = [e.step for e in series["updates"]]
+    assert steps == sorted(steps) and steps[-1] <= s["steps"]
