@@ -291,6 +291,89 @@ def test_dead_agents_are_replaced_and_their_slots_recovered(tmp_path, monkeypatc
     assert_no_leftovers(tag)
 
 
+SLOT_FAULT = """
+import os
+import signal
+
+TRIGGER = os.environ.get("GA3C_TEST_SLOT_FAULT_FILE", "")
+_readv = os.readv
+
+
+def _claim() -> bool:
+    try:
+        os.rename(TRIGGER, TRIGGER + ".taken")
+    except OSError:
+        return False
+    return True
+
+
+def readv(fd, buffers):
+    \"\"\"os.readv, which only an agent taking an experience slot calls: once, in the one agent that claims the
+    trigger file, SIGKILL right before the read ('before') or right after it returns ('after').\"\"\"
+    if TRIGGER and os.path.exists(TRIGGER) and open(TRIGGER).read() == "before" and _claim():
+        os.kill(os.getpid(), signal.SIGKILL)
+    got = _readv(fd, buffers)
+    if got and TRIGGER and os.path.exists(TRIGGER) and open(TRIGGER).read() == "after" and _claim():
+        os.kill(os.getpid(), signal.SIGKILL)
+    return got
+
+
+if TRIGGER:
+    os.readv = readv
+"""
+
+
+@pytest.mark.parametrize("moment", ["after", "before"])
+def test_agent_killed_at_the_read_that_takes_a_slot(tmp_path, monkeypatch, tag, caplog, moment):
+    """The slot-leak window: an agent SIGKILLed by a fault injected in its own process right after the system
+    call that takes the only experience slot returns (before any line of the agent runs), or right before it: the
+    slot comes back exactly when it was taken (training goes on: with one slot, a leak stops it), never twice
+    (the free pipe holds it once at the end), and the summary counts it in slots_recovered."""
+    from ga3c import SharedBuffers as sb
+
+    faulty = tmp_path / "faulty"
+    faulty.mkdir()
+    (faulty / "sitecustomize.py").write_text(SLOT_FAULT)
+    trigger = tmp_path / "slot-fault"
+    monkeypatch.setenv("GA3C_TEST_SLOT_FAULT_FILE", str(trigger))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(faulty), os.environ.get("PYTHONPATH", "")]))
+    caplog.set_level(logging.INFO, logger="ga3c")
+    server, free = in_process_server(
+        [*CARTPOLE, "AGENTS=2", "PREDICTORS=1", "TRAINERS=1", "MAX_QUEUE_SIZE=1", "TIME_MAX=20",
+         "MAX_SECONDS=200", "EPISODES=1000000", "SAVE_MODELS=False", "PRINT_STATS_FREQUENCY=100000"],
+        tmp_path, monkeypatch, tag)
+    c = server.shared.counters
+    seen: dict[str, object] = {}
+
+    def drive(srv) -> None:
+        try:
+            assert wait_until(lambda: c[sb.C_TRAINED] > 0, 90), "training never started"
+            trigger.write_text(moment)
+            assert wait_until(lambda: srv.deaths == 1 and len(srv.agents) == 2, 60), "no agent died of the fault"
+            assert (tmp_path / "slot-fault.taken").exists()
+            assert wait_until(lambda: not srv.recoveries, 10), "the dead agent's record was not read"
+            seen["recovered"] = int(c[sb.C_RECOVERED])
+            before = int(c[sb.C_TRAINED])
+            assert wait_until(lambda: c[sb.C_TRAINED] > before + 2000, 60), \
+                "training did not go on after the kill (the only experience slot leaked)"
+        finally:
+            srv.request_stop("test")
+
+    rc, errors = run_with_driver(server, drive)
+    assert not errors, errors[0]
+    assert rc == 0
+    assert seen["recovered"] == (1 if moment == "after" else 0), seen
+    deaths = [r.getMessage() for r in caplog.records if "starting a replacement" in r.getMessage()]
+    assert len(deaths) == 1 and "exited with code -9" in deaths[0], deaths
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("summary:")]
+    assert len(lines) == 1, lines
+    assert f"slots_recovered={seen['recovered']} " in lines[0], lines[0]
+    produced = int(server.shared.agent_steps.sum())
+    assert produced == int(c[sb.C_TRAINED] + c[sb.C_DROPPED] + c[sb.C_DISCARDED]), lines[0]
+    assert free == [0], f"free slots at the end: {free}"
+    assert_no_leftovers(tag)
+
+
 # ----------------------------------------------------------------------------------------------- threads fail
 @pytest.mark.parametrize("component", ["trainer", "predictor"])
 def test_failing_thread_stops_the_run_with_a_final_checkpoint(tmp_path, monkeypatch, tag, caplog, component):
