@@ -38,7 +38,7 @@ from ga3c.errors import ConfigError
 from ga3c.GameManager import resolve_game_id
 from ga3c.NetworkVP import NetworkVP, resolve_device
 from ga3c.ProcessAgent import run_agent
-from ga3c.ProcessStats import run_stats
+from ga3c.ProcessStats import EXIT_RESULTS_FAILED, run_stats
 from ga3c.settings import config_to_dict
 from ga3c.ThreadDynamicAdjustment import ThreadDynamicAdjustment
 from ga3c.ThreadPredictor import ThreadPredictor
@@ -170,6 +170,7 @@ class Server:
         self.updates_base = int(counters["updates"]) - self.network.version
         self.saved_episodes = int(counters["episodes"])
         self.saved_version = self.network.version
+        self.save_failed = False  # a checkpoint save of this run failed
 
         self.request_reader, self.request_writer = self._pipe()
         self.experience_reader, self.experience_writer = self._pipe()
@@ -405,6 +406,7 @@ class Server:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             log.error("the %s checkpoint could not be written to '%s': %s", when, self.cfg.CHECKPOINT_DIR, first)
             self.failed = True
+            self.save_failed = True
             self.request_stop("a checkpoint could not be written")
             return False
 
@@ -433,9 +435,12 @@ class Server:
                 and episodes // cfg.SAVE_FREQUENCY > self.saved_episodes // cfg.SAVE_FREQUENCY):
             self._try_save("periodic")
         if not self.stats.is_alive() and self.stop_reason is None:  # before the agents, which die with it
-            log.error("the stats process died (exit code %s); stopping", self.stats.exitcode)
+            if self.stats.exitcode == EXIT_RESULTS_FAILED:  # it said why in one line
+                self.request_stop("the results file could not be written")
+            else:
+                log.error("the stats process died (exit code %s); stopping", self.stats.exitcode)
+                self.request_stop("the stats process died")
             self.failed = True
-            self.request_stop("the stats process died")
         self._reap_agents()
         now = time.time()
         while self.closing and self.closing[0][0] <= now:
@@ -564,7 +569,8 @@ class Server:
                 self.stats.kill()
                 self.stats.join(timeout=1)
         changed = self.network.version != self.saved_version or self.episodes() != self.saved_episodes
-        if self.cfg.SAVE_MODELS and self.cfg.TRAIN_MODELS and changed:
+        # after a failed save (disk full, folder gone) another would fail the same way: the last good one stays
+        if self.cfg.SAVE_MODELS and self.cfg.TRAIN_MODELS and changed and not self.save_failed:
             self._try_save("final")
         self._summary()
         for _, writer in self.closing:
