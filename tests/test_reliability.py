@@ -9,6 +9,7 @@ no entry it created may remain in /dev/shm.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import logging
 import multiprocessing.resource_tracker
@@ -646,7 +647,165 @@ def test_results_file_on_a_full_disk_stops_with_an_error(tmp_path, tag):
     assert proc.returncode == 1, tail(err)
     assert took < 120
     assert re.search(r"^ga3c: error: the stats process cannot write '/dev/full': .*No space left", err, re.M), err
-    assert "the stats process died (exit code 1); stopping" in err
+    assert len(re.findall(r"error", err, re.I)) == 1, tail(err)
+    assert "stopping: the results file could not be written" in err
+    assert "the stats process died" not in err  # its own line says it all
     assert "Traceback" not in err, tail(err)
     assert latest_checkpoint(tmp_path / "checkpoints")  # the final checkpoint is still written
+    assert_no_leftovers(tag)
+
+
+# ----------------------------------------------------------------------------------------------- a full disk
+DISK_MB = 32
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A DISK_MB tmpfs mounted in the test's folder (needs root and a kernel that lets us mount: CI has both),
+    unmounted at the end whatever happened (lazily if a process still holds a file there)."""
+    where = tmp_path / "disk"
+    where.mkdir()
+    if os.geteuid() != 0:
+        pytest.skip("a full disk is simulated with a small tmpfs, which only root may mount")
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={DISK_MB}m", "tmpfs", str(where)],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+    try:
+        yield where
+    finally:
+        if subprocess.run(["umount", str(where)], capture_output=True).returncode != 0:
+            subprocess.run(["umount", "-l", str(where)], capture_output=True)
+        assert not os.path.ismount(where)
+
+
+def fill(disk: Path) -> int:
+    """Fills the file system of `disk` to the last byte (a file of zeros, written until ENOSPC at every block
+    size down to one byte); returns the bytes written."""
+    written, size = 0, 1 << 20
+    fd = os.open(disk / "filler", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    try:
+        while size:
+            try:
+                written += os.write(fd, bytes(size))
+            except OSError as exc:
+                if exc.errno != errno.ENOSPC:
+                    raise
+                size //= 2
+    finally:
+        os.close(fd)
+    return written
+
+
+def error_lines(err: str) -> list[str]:
+    """The lines of a run's stderr that report a problem (the log has no level names), but for the line that
+    gives the reason of the stop."""
+    return [line for line in err.splitlines() if "] stopping: " not in line
+            and re.search(r"error|warning|traceback|exception|could not|cannot|failed|died", line, re.I)]
+
+
+def test_full_disk_under_checkpoint_dir(tmp_path, tag, small_disk):
+    """CHECKPOINT_DIR on a disk that fills up mid-run: the next save fails with one error line naming the cause,
+    the run stops cleanly (status 1) without trying a final save that would fail the same way, no temporary file
+    is left, and the last good checkpoint is intact and loads."""
+    from ga3c.Checkpoint import load_checkpoint
+
+    folder = small_disk / "checkpoints"
+    args = [*CARTPOLE, "AGENTS=2", "SAVE_FREQUENCY=10", "EPISODES=1000000", "MAX_SECONDS=300",
+            f"CHECKPOINT_DIR={folder}"]
+    proc, out_path, err_path = start_ga3c(args, tmp_path, tagged_env(tag))
+    try:
+        assert wait_until(lambda: len(checkpoint_files(folder)) - len(temporaries(folder)) >= 2
+                          or proc.poll() is not None, 120), tail(err_path.read_text())
+        assert proc.poll() is None, tail(err_path.read_text())
+        good = [f for f in checkpoint_files(folder) if f.endswith(".pt")]
+        fill(small_disk)
+        took = wait_exit(proc, err_path, "the disk filled up", timeout=120)
+    finally:
+        kill_session(proc)
+    err = err_path.read_text()
+    assert proc.returncode == 1, tail(err)
+    assert took < 60
+    errors = error_lines(err)
+    assert len(errors) == 1, errors
+    assert re.search(rf"the periodic checkpoint could not be written to '{folder}': .*No space left on device",
+                     errors[0]), errors
+    assert "stopping: a checkpoint could not be written" in err
+    assert not temporaries(folder)
+    kept = [f for f in checkpoint_files(folder) if f.endswith(".pt")]
+    assert set(good) <= set(kept), (good, kept)  # a save may have finished between the listing and the filling
+    for name in kept:
+        assert load_checkpoint(str(folder / name))["episode"] == int(name[len("network_"):-len(".pt")])
+    latest = latest_checkpoint(folder)
+    assert latest["counters"]["episodes"] <= len(assert_results_complete(tmp_path / "results.txt"))
+    assert_all_accounted(summary(err), err)
+    assert_no_leftovers(tag)
+
+
+def test_full_disk_under_log_dir(tmp_path, tag, small_disk):
+    """LOG_DIR (TensorBoard) on a disk that fills up mid-run: one warning line, then the run goes on without
+    TensorBoard (episodes keep coming, training keeps up), and a SIGINT stops it cleanly with status 0."""
+    logs = small_disk / "logs"
+    args = [*CARTPOLE, "AGENTS=2", "TENSORBOARD=True", f"LOG_DIR={logs}", "SAVE_FREQUENCY=1000000",
+            "EPISODES=1000000", "MAX_SECONDS=300"]
+    results = tmp_path / "results.txt"
+    proc, out_path, err_path = start_ga3c(args, tmp_path, tagged_env(tag))
+    warning = "ga3c: warning: TensorBoard cannot write to"
+    try:
+        assert wait_until(lambda: len(result_lines(results)) >= 20 or proc.poll() is not None, 120), \
+            tail(err_path.read_text())
+        assert proc.poll() is None, tail(err_path.read_text())
+        events = [f for f in os.listdir(logs) if f.startswith("events.out.tfevents")]
+        assert events and os.path.getsize(logs / events[0]) > 0
+        fill(small_disk)
+        assert wait_until(lambda: warning in err_path.read_text() or proc.poll() is not None, 60), \
+            tail(err_path.read_text())
+        after = len(result_lines(results))
+        assert wait_until(lambda: len(result_lines(results)) >= after + 30 or proc.poll() is not None, 120)
+        assert proc.poll() is None, tail(err_path.read_text())
+        os.kill(proc.pid, signal.SIGINT)
+        took = wait_exit(proc, err_path, "SIGINT")
+    finally:
+        kill_session(proc)
+    err = check_clean_stop(proc, out_path, err_path, tmp_path, "SIGINT", took)
+    warnings = error_lines(err)
+    assert len(warnings) == 1 and warnings[0].startswith(warning), warnings
+    assert re.fullmatch(rf"{warning} '{logs}': \[Errno 28\] No space left on device; training goes on without "
+                        rf"TensorBoard", warnings[0]), warnings
+    s = summary(err)
+    assert_all_accounted(s, err)
+    assert s["episodes"] >= after + 30
+    assert_no_leftovers(tag)
+
+
+def test_full_disk_under_the_results_file(tmp_path, tag, small_disk):
+    """The results file on a disk that fills up mid-run: one error line, a clean stop (status 1), every line
+    written before is kept and none is torn, and the final checkpoint (on another disk) counts exactly the
+    lines kept, so that a resume continues from there."""
+    results = small_disk / "results.txt"
+    args = [*CARTPOLE, "AGENTS=2", f"RESULTS_FILENAME={results}", "SAVE_FREQUENCY=1000000", "EPISODES=1000000",
+            "MAX_SECONDS=300"]
+    proc, out_path, err_path = start_ga3c(args, tmp_path, tagged_env(tag))
+    try:
+        assert wait_until(lambda: len(result_lines(results)) >= 20 or proc.poll() is not None, 120), \
+            tail(err_path.read_text())
+        assert proc.poll() is None, tail(err_path.read_text())
+        fill(small_disk)
+        took = wait_exit(proc, err_path, "the disk filled up", timeout=120)
+    finally:
+        kill_session(proc)
+    err = err_path.read_text()
+    assert proc.returncode == 1, tail(err)
+    assert took < 60
+    errors = error_lines(err)
+    assert len(errors) == 1, errors
+    assert re.fullmatch(rf"ga3c: error: the stats process cannot write '{results}': \[Errno 28\] No space left on "
+                        rf"device; stopping the run \(the \d+ episodes written are kept\)", errors[0]), errors
+    assert "stopping: the results file could not be written" in err
+    lines = assert_results_complete(results)
+    assert len(lines) >= 20
+    assert f"the {len(lines)} episodes written are kept" in errors[0]
+    final = latest_checkpoint(tmp_path / "checkpoints")
+    assert final["counters"]["episodes"] == len(lines)
+    assert_all_accounted(summary(err), err)
     assert_no_leftovers(tag)
