@@ -94,8 +94,7 @@ class ProcessStats:
                 pass
         except OSError as exc:
             print(f"ga3c: error: the stats process cannot write {self.results_path!r}: {exc}; stopping the run "
-                  f"(the {self.episodes - int(c[sb.C_EPISODES_BASE])} episodes written are kept)", file=sys.stderr,
-                  flush=True)
+                  f"(its {self.episodes} complete lines are kept)", file=sys.stderr, flush=True)
             sys.exit(EXIT_RESULTS_FAILED)
         finally:
             if self.results_fd >= 0:

@@ -15,6 +15,10 @@ transitions it held and had not sent are counted as `discarded` in the summary, 
 is closed only seconds later and its id is not reused for a few seconds (a prediction it had asked for may still
 be answered, and must reach nobody). If the server itself is killed, the agents and the stats process see their
 pipes close and exit; the shared arrays have no name in /dev/shm, so nothing is left behind.
+A full disk: a checkpoint that cannot be written stops the run with one error line and no final save (it would
+fail the same way), so the last good checkpoint stays the latest; a results file that cannot be written stops it
+too (the stats process says why, and the final checkpoint counts the lines kept); TensorBoard files that cannot be
+written cost one warning line, and the run goes on.
 """
 
 from __future__ import annotations

@@ -738,6 +738,8 @@ def test_full_disk_under_checkpoint_dir(tmp_path, tag, small_disk):
         assert load_checkpoint(str(folder / name))["episode"] == int(name[len("network_"):-len(".pt")])
     latest = latest_checkpoint(folder)
     assert latest["counters"]["episodes"] <= len(assert_results_complete(tmp_path / "results.txt"))
+    print(f"CHECKPOINT_DIR full: stopped {took:.1f} s after the disk filled; last good checkpoint: episode "
+          f"{latest['counters']['episodes']}")
     assert_all_accounted(summary(err), err)
     assert_no_leftovers(tag)
 
@@ -775,6 +777,8 @@ def test_full_disk_under_log_dir(tmp_path, tag, small_disk):
     s = summary(err)
     assert_all_accounted(s, err)
     assert s["episodes"] >= after + 30
+    print(f"LOG_DIR full: one warning, {int(s['episodes']) - after} episodes after it, stopped {took:.1f} s after "
+          f"SIGINT")
     assert_no_leftovers(tag)
 
 
@@ -800,12 +804,14 @@ def test_full_disk_under_the_results_file(tmp_path, tag, small_disk):
     errors = error_lines(err)
     assert len(errors) == 1, errors
     assert re.fullmatch(rf"ga3c: error: the stats process cannot write '{results}': \[Errno 28\] No space left on "
-                        rf"device; stopping the run \(the \d+ episodes written are kept\)", errors[0]), errors
+                        rf"device; stopping the run \(its \d+ complete lines are kept\)", errors[0]), errors
     assert "stopping: the results file could not be written" in err
     lines = assert_results_complete(results)
     assert len(lines) >= 20
-    assert f"the {len(lines)} episodes written are kept" in errors[0]
+    assert f"(its {len(lines)} complete lines are kept)" in errors[0]
     final = latest_checkpoint(tmp_path / "checkpoints")
     assert final["counters"]["episodes"] == len(lines)
+    print(f"results file full: stopped {took:.1f} s after the disk filled, {len(lines)} lines kept = the final "
+          f"checkpoint's episodes")
     assert_all_accounted(summary(err), err)
     assert_no_leftovers(tag)
