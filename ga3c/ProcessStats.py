@@ -18,6 +18,7 @@ one warning line: the run goes on without TensorBoard.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import math
 import os
@@ -100,9 +101,9 @@ class ProcessStats:
             if self.results_fd >= 0:
                 os.close(self.results_fd)
             if self.writer is not None:
-                self._tensorboard(self.writer.close)
+                self._tensorboard(self.writer.close, closing=True)
 
-    def _tensorboard(self, call) -> None:
+    def _tensorboard(self, call, closing: bool = False) -> None:
         """Runs a TensorBoard call; the first that fails (LOG_DIR full or gone) costs one warning line and
         TensorBoard for the rest of the run, not the run."""
         try:
@@ -113,11 +114,9 @@ class ProcessStats:
                   f"{text[0] if text else type(exc).__name__}; training goes on without TensorBoard",
                   file=sys.stderr, flush=True)
             writer, self.writer = self.writer, None
-            if writer is not None and call != writer.close:
-                try:
+            if writer is not None and not closing:
+                with contextlib.suppress(Exception):  # it failed already, and said so
                     writer.close()
-                except Exception:  # noqa: BLE001 - it failed already, and said so
-                    pass
 
     def _scalar(self, key: str, value: float, step: int) -> None:
         if self.writer is not None:
@@ -125,17 +124,16 @@ class ProcessStats:
 
     def _write_result(self, line: str) -> None:
         """Appends one line whole; on a failed write cuts off what part of it went in, and raises."""
-        data = memoryview(line.encode())
+        raw = line.encode()
+        data = memoryview(raw)
         try:
             while data:
                 data = data[os.write(self.results_fd, data):]
         except OSError:
-            try:
+            with contextlib.suppress(OSError):  # not a regular file (e.g. /dev/full)
                 os.ftruncate(self.results_fd, self.results_size)
-            except OSError:  # not a regular file (e.g. /dev/full)
-                pass
             raise
-        self.results_size += len(line.encode())
+        self.results_size += len(raw)
 
     def _read_episodes(self, fd: int, chunk: int) -> bool:
         """Records the episodes waiting in the pipe; False when none was there."""

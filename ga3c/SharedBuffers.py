@@ -146,7 +146,7 @@ class SharedBuffers:
             "agent_steps": ((a,), np.int64),
             "agent_time": ((a, N_AGENT_TIMES), np.float64),
             "stop": ((a,), np.uint8),
-            # the experience slot an agent has taken and not yet announced (-1: none), and how many it took
+            # the experience slot an agent has taken and not yet announced (-1: none), and how many it asked for
             "agent_slot": ((a,), np.int32),
             "agent_taken": ((a,), np.int64),
             # slot states: T steps plus the bootstrap state after them (V-trace needs it)
