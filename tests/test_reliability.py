@@ -1,7 +1,8 @@
 """Faults a long run must survive, with real processes on the CPU: agents that die (SIGKILL while filling an
-experience slot, an environment that raises), a predictor or trainer that raises, SIGINT/SIGTERM at awkward
-moments (start-up, a checkpoint save, a dynamic adjustment), SIGKILL of the main process during a save followed
-by a resume, and a checkpoint folder or results file that stops being writable mid-run.
+experience slot or at the very read that takes one, an environment that raises), a predictor or trainer that
+raises, SIGINT/SIGTERM at awkward moments (start-up, a checkpoint save, a dynamic adjustment), SIGKILL of the main
+process mid-run or during a save followed by a resume, a checkpoint folder or results file that stops being
+writable mid-run, and a full disk (a small tmpfs) under CHECKPOINT_DIR, LOG_DIR or the results file.
 
 Each run carries a marker in its environment (see conftest); no process carrying it may remain afterwards, and
 no entry it created may remain in /dev/shm.
