@@ -9,6 +9,7 @@ A checkpoint is `<CHECKPOINT_DIR>/<NETWORK_NAME>_<episode:08d>.pt`, a torch file
 
 from __future__ import annotations
 
+import io
 import logging
 import os
 import tempfile
@@ -75,10 +76,14 @@ def save_checkpoint(directory: str, name: str, episode: int, network_state: dict
     content = dict(format=FORMAT, format_version=FORMAT_VERSION, name=str(name), episode=int(episode),
                    counters=_plain(counters), network=_plain(network_state), settings=_plain(settings),
                    meta=_plain(meta))
+    # serialized in memory first: a failed write then raises the OSError that names it (e.g. "No space left on
+    # device"), where torch's writer says only "unexpected pos"
+    data = io.BytesIO()
+    torch.save(content, data)
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=f'.{name}_', suffix=TMP_SUFFIX)
     try:
         with os.fdopen(fd, 'wb') as f:
-            torch.save(content, f)
+            f.write(data.getbuffer())
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)

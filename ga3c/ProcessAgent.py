@@ -6,10 +6,10 @@ steps. Every TIME_MAX steps the next prediction's values bootstrap the n-step re
 goes to the trainers through a shared experience slot. When told to stop, it sends the partial rollout it
 holds (so no experience is lost or duplicated) and exits without waiting for the episode to end.
 
-It may also die at any moment (killed, or its environment raises): it notes in shared memory the experience slot
-it is filling, so that the server gives the slot back, and it writes each finished episode into the episode pipe
-with one atomic write, so that its death cannot leave a lock held or a record torn. When the server dies, the
-agent's next read or write of a pipe fails (end of file, broken pipe) and it exits."""
+It may also die at any moment (killed, or its environment raises): the read that takes an experience slot writes
+its index into shared memory, so that the server gives the slot back, and it writes each finished episode into
+the episode pipe with one atomic write, so that its death cannot leave a lock held or a record torn. When the
+server dies, the agent's next read or write of a pipe fails (end of file, broken pipe) and it exits."""
 
 from __future__ import annotations
 
@@ -50,12 +50,17 @@ class ProcessAgent:
             return False
 
     def _free_slot(self) -> int | None:
-        """A free experience slot (waits while MAX_QUEUE_SIZE rollouts wait for the trainers); None: server gone."""
+        """Takes a free experience slot (waits while MAX_QUEUE_SIZE rollouts wait for the trainers); None: server
+        gone. The count goes up first, then the slot's index is read straight into the agent's shared note, so
+        that the read that takes the slot also records it: a death at any instruction leaves a note the server
+        can trust (see SharedBuffers)."""
+        sh, me = self.shared, self.id
+        sh.agent_taken[me] += 1
         try:
-            data = os.read(self.free_fd, sb.SLOT.size)
+            got = os.readv(self.free_fd, [sh.agent_slot[me:me + 1]])
         except OSError:
             return None
-        return sb.SLOT.unpack(data)[0] if len(data) == sb.SLOT.size else None
+        return int(sh.agent_slot[me]) if got == sb.SLOT.size else None
 
     def run(self) -> None:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the server, which stops us in order
@@ -153,8 +158,6 @@ class ProcessAgent:
         if s is None:
             return False
         sh = self.shared
-        sh.agent_slot[self.id] = s  # before the count: a death between the two then leaks, never frees twice
-        sh.agent_taken[self.id] += 1
         returns = n_step_returns(rewards[:n], terminated[:n], truncated[:n], values[:n], bootstrap,
                                  self.cfg.DISCOUNT)
         sh.exp_states[s, :n] = states[:n]

@@ -10,23 +10,29 @@ Two pipes feed it: the episode pipe, where every agent writes fixed-size records
 any moment blocks nobody), and a control connection from the server (training scalars for TensorBoard, and None
 to end). It ends on None after reading every episode the agents sent, and also by itself when the server is gone
 (end of file on the control connection, or a new parent process), so a killed server leaves no stats process.
-A results file that cannot be written (disk full, folder removed) ends it with one error line and status 1,
-which the server sees.
+A results file that cannot be written (disk full, folder removed) ends it with one error line and status
+EXIT_RESULTS_FAILED, which the server sees and stops on; a line that could not be written whole is cut off, so
+the file keeps every complete line and no torn one. TensorBoard files that cannot be written (LOG_DIR full) cost
+one warning line: the run goes on without TensorBoard.
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import math
 import os
 import select
 import signal
 import sys
+import threading
 import time
 from collections import deque
 from datetime import datetime
 
 from ga3c import SharedBuffers as sb
+
+EXIT_RESULTS_FAILED = 3  # the stats process's exit status when the results file cannot be written
 
 
 def results_line(when: float, reward: float, length: int) -> str:
@@ -56,12 +62,14 @@ class ProcessStats:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # the server ends us with a sentinel
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         cfg, c = self.cfg, self.shared.counters
-        writer = None
+        self.writer = None
         if cfg.TENSORBOARD:
+            # TensorBoard's writer thread ends on a write error and hands it to our next call: no traceback here
+            threading.excepthook = lambda args: None if issubclass(args.exc_type, OSError) else \
+                threading.__excepthook__(args)
             from torch.utils.tensorboard import SummaryWriter
 
-            writer = SummaryWriter(log_dir=cfg.LOG_DIR)
-        self.writer = writer
+            self._tensorboard(lambda: setattr(self, "writer", SummaryWriter(log_dir=cfg.LOG_DIR)))
         self.window = deque(maxlen=cfg.STAT_ROLLING_MEAN_WINDOW)
         self.rolling_sum = 0.0
         self.episodes = int(c[sb.C_EPISODES])
@@ -69,35 +77,70 @@ class ProcessStats:
         episode_fd, control_fd = self.episode_conn.fileno(), self.control.fileno()
         fcntl.fcntl(episode_fd, fcntl.F_SETFL, fcntl.fcntl(episode_fd, fcntl.F_GETFL) | os.O_NONBLOCK)
         chunk = sb.EPISODE.size * 256
+        self.results_fd = -1
         try:
-            with open(self.results_path, "a", encoding="utf-8") as self.results:
-                while True:
-                    ready = select.select([episode_fd, control_fd], [], [], 1.0)[0]
-                    if episode_fd in ready:
-                        self._read_episodes(episode_fd, chunk)
-                    if control_fd in ready:
-                        try:
-                            item = self.control.recv()
-                        except (EOFError, OSError):  # the server is gone
-                            item = None
-                        if item is None:
-                            break
-                        if writer is not None:
-                            _, step, scalars = item
-                            for key, value in scalars.items():
-                                writer.add_scalar(key, value, step)
-                    elif not ready and os.getppid() != self.parent_pid:  # the server was killed
+            self.results_fd = os.open(self.results_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            self.results_size = os.lseek(self.results_fd, 0, os.SEEK_END)
+            while True:
+                ready = select.select([episode_fd, control_fd], [], [], 1.0)[0]
+                if episode_fd in ready:
+                    self._read_episodes(episode_fd, chunk)
+                if control_fd in ready:
+                    try:
+                        item = self.control.recv()
+                    except (EOFError, OSError):  # the server is gone
+                        item = None
+                    if item is None:
                         break
-                # every agent has exited (or the server is gone): what is left in the pipe is all there is
-                while self._read_episodes(episode_fd, chunk):
-                    pass
+                    _, step, scalars = item
+                    for key, value in scalars.items():
+                        self._scalar(key, value, step)
+                elif not ready and os.getppid() != self.parent_pid:  # the server was killed
+                    break
+            # every agent has exited (or the server is gone): what is left in the pipe is all there is
+            while self._read_episodes(episode_fd, chunk):
+                pass
         except OSError as exc:
-            print(f"ga3c: error: the stats process cannot write {self.results_path!r}: {exc}", file=sys.stderr,
-                  flush=True)
-            sys.exit(1)
+            print(f"ga3c: error: the stats process cannot write {self.results_path!r}: {exc}; stopping the run "
+                  f"(its {self.episodes} complete lines are kept)", file=sys.stderr, flush=True)
+            sys.exit(EXIT_RESULTS_FAILED)
         finally:
-            if writer is not None:
-                writer.close()
+            if self.results_fd >= 0:
+                os.close(self.results_fd)
+            if self.writer is not None:
+                self._tensorboard(self.writer.close, closing=True)
+
+    def _tensorboard(self, call, closing: bool = False) -> None:
+        """Runs a TensorBoard call; the first that fails (LOG_DIR full or gone) costs one warning line and
+        TensorBoard for the rest of the run, not the run."""
+        try:
+            call()
+        except Exception as exc:  # noqa: BLE001 - OSError, or the writer's own error types
+            text = str(exc).strip().splitlines()
+            print(f"ga3c: warning: TensorBoard cannot write to {self.cfg.LOG_DIR!r}: "
+                  f"{text[0] if text else type(exc).__name__}; training goes on without TensorBoard",
+                  file=sys.stderr, flush=True)
+            writer, self.writer = self.writer, None
+            if writer is not None and not closing:
+                with contextlib.suppress(Exception):  # it failed already, and said so
+                    writer.close()
+
+    def _scalar(self, key: str, value: float, step: int) -> None:
+        if self.writer is not None:
+            self._tensorboard(lambda: self.writer.add_scalar(key, value, step))
+
+    def _write_result(self, line: str) -> None:
+        """Appends one line whole; on a failed write cuts off what part of it went in, and raises."""
+        raw = line.encode()
+        data = memoryview(raw)
+        try:
+            while data:
+                data = data[os.write(self.results_fd, data):]
+        except OSError:
+            with contextlib.suppress(OSError):  # not a regular file (e.g. /dev/full)
+                os.ftruncate(self.results_fd, self.results_size)
+            raise
+        self.results_size += len(raw)
 
     def _read_episodes(self, fd: int, chunk: int) -> bool:
         """Records the episodes waiting in the pipe; False when none was there."""
@@ -115,8 +158,7 @@ class ProcessStats:
         cfg, c = self.cfg, self.shared.counters
         if self.episodes >= cfg.EPISODES:
             return
-        self.results.write(results_line(when, reward, length))
-        self.results.flush()
+        self._write_result(results_line(when, reward, length))
         self.episodes += 1
         c[sb.C_EPISODES] = self.episodes
         window = self.window
@@ -125,14 +167,12 @@ class ProcessStats:
         window.append((time.time(), reward, length))
         self.rolling_sum += reward
         steps = self.total_steps()
-        if self.writer is not None:
-            self.writer.add_scalar("episode/score", reward, steps)
-            self.writer.add_scalar("episode/length", length, steps)
+        self._scalar("episode/score", reward, steps)
+        self._scalar("episode/length", length, steps)
         if self.episodes % cfg.PRINT_STATS_FREQUENCY == 0:
-            self._print(self.episodes, reward, self.rolling_sum / len(window), window, steps, self.base_steps,
-                        self.writer)
+            self._print(self.episodes, reward, self.rolling_sum / len(window), window, steps, self.base_steps)
 
-    def _print(self, episodes, reward, rscore, window, steps, base_steps, writer) -> None:
+    def _print(self, episodes, reward, rscore, window, steps, base_steps) -> None:
         c = self.shared.counters
         elapsed = max(time.time() - self.start_time, 1e-9)
         span = window[-1][0] - window[0][0]
@@ -151,12 +191,11 @@ class ProcessStats:
             + (" [NG: %2d]" % int(c[sb.C_CLUSTER_GROUPS]) if self.cfg.CLUSTER else ""),
             flush=True,
         )
-        if writer is not None:
-            for key, value in (("throughput/pps", pps), ("throughput/tps", tps), ("throughput/fps", fps),
-                               ("throughput/steps_per_s", fps / self.frames_per_step),
-                               ("policy_lag/mean", lag), ("policy_lag/max", lag_max), ("episode/rolling_score", rscore),
-                               ("system/trainers", nt), ("system/predictors", np_), ("system/agents", na)):
-                writer.add_scalar(key, value, steps)
+        for key, value in (("throughput/pps", pps), ("throughput/tps", tps), ("throughput/fps", fps),
+                           ("throughput/steps_per_s", fps / self.frames_per_step),
+                           ("policy_lag/mean", lag), ("policy_lag/max", lag_max), ("episode/rolling_score", rscore),
+                           ("system/trainers", nt), ("system/predictors", np_), ("system/agents", na)):
+            self._scalar(key, value, steps)
 
 
 def run_stats(*args) -> None:

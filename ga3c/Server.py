@@ -15,6 +15,10 @@ transitions it held and had not sent are counted as `discarded` in the summary, 
 is closed only seconds later and its id is not reused for a few seconds (a prediction it had asked for may still
 be answered, and must reach nobody). If the server itself is killed, the agents and the stats process see their
 pipes close and exit; the shared arrays have no name in /dev/shm, so nothing is left behind.
+A full disk: a checkpoint that cannot be written stops the run with one error line and no final save (it would
+fail the same way), so the last good checkpoint stays the latest; a results file that cannot be written stops it
+too (the stats process says why, and the final checkpoint counts the lines kept); TensorBoard files that cannot be
+written cost one warning line, and the run goes on.
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ from ga3c.errors import ConfigError
 from ga3c.GameManager import resolve_game_id
 from ga3c.NetworkVP import NetworkVP, resolve_device
 from ga3c.ProcessAgent import run_agent
-from ga3c.ProcessStats import run_stats
+from ga3c.ProcessStats import EXIT_RESULTS_FAILED, run_stats
 from ga3c.settings import config_to_dict
 from ga3c.ThreadDynamicAdjustment import ThreadDynamicAdjustment
 from ga3c.ThreadPredictor import ThreadPredictor
@@ -178,6 +182,7 @@ class Server:
         self.updates_base = int(counters["updates"]) - self.network.version
         self.saved_episodes = int(counters["episodes"])
         self.saved_version = self.network.version
+        self.save_failed = False  # a checkpoint save of this run failed
 
         self.request_reader, self.request_writer = self._pipe()
         self.experience_reader, self.experience_writer = self._pipe()
@@ -414,6 +419,7 @@ class Server:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             log.error("the %s checkpoint could not be written to '%s': %s", when, self.cfg.CHECKPOINT_DIR, first)
             self.failed = True
+            self.save_failed = True
             self.request_stop("a checkpoint could not be written")
             return False
 
@@ -442,9 +448,12 @@ class Server:
                 and episodes // cfg.SAVE_FREQUENCY > self.saved_episodes // cfg.SAVE_FREQUENCY):
             self._try_save("periodic")
         if not self.stats.is_alive() and self.stop_reason is None:  # before the agents, which die with it
-            log.error("the stats process died (exit code %s); stopping", self.stats.exitcode)
+            if self.stats.exitcode == EXIT_RESULTS_FAILED:  # it said why in one line
+                self.request_stop("the results file could not be written")
+            else:
+                log.error("the stats process died (exit code %s); stopping", self.stats.exitcode)
+                self.request_stop("the stats process died")
             self.failed = True
-            self.request_stop("the stats process died")
         self._reap_agents()
         now = time.time()
         while self.closing and self.closing[0][0] <= now:
@@ -573,7 +582,8 @@ class Server:
                 self.stats.kill()
                 self.stats.join(timeout=STATS_KILL_SECONDS)
         changed = self.network.version != self.saved_version or self.episodes() != self.saved_episodes
-        if self.cfg.SAVE_MODELS and self.cfg.TRAIN_MODELS and changed:
+        # after a failed save (disk full, folder gone) another would fail the same way: the last good one stays
+        if self.cfg.SAVE_MODELS and self.cfg.TRAIN_MODELS and changed and not self.save_failed:
             self._try_save("final")
         self._summary()
         for _, writer in self.closing:

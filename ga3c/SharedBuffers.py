@@ -9,10 +9,16 @@ States and experience live in shared arrays; only small fixed-size records trave
   slot's 4-byte index from the free pipe (blocking: this bounds the rollouts waiting for the trainers, the
   original's MAX_QUEUE_SIZE), fills it, and writes a 12-byte record (agent, slot, steps) into the experience
   pipe; a trainer copies the slot out and writes its index back into the free pipe.
-  An agent that dies must not take a slot with it: it notes the slot it took in `agent_slot` (and counts it in
-  `agent_taken`) before filling it, and clears the note once the slot is announced; when the server reaps a dead
-  agent it puts a recovery record (-1 - agent, slot, slots taken) into the experience pipe behind everything the
-  agent wrote, and the reader of that record frees the slot if the agent announced fewer slots than it took.
+  An agent that dies must not take a slot with it, whatever instruction it dies at. Each agent has a shared
+  count of the slots it asked for (`agent_taken`) and a note of the slot it holds (`agent_slot`, -1: none):
+  it raises the count, then reads the slot's index with `readv` straight into its note, so the one system call
+  that takes the slot from the pipe also records it (the kernel copies the bytes before the call returns, and a
+  SIGKILL cannot split a pipe read); it fills the slot, announces it, and clears the note. When the server reaps
+  a dead agent it puts a recovery record (-1, number) into the experience pipe behind everything the agent
+  wrote; the reader of that record has seen every rollout the agent announced, and frees the noted slot only if
+  the agent announced fewer slots than it asked for. A death before the read leaves no note (nothing to free),
+  after the read and before the announcement a note and a count ahead (freed), after the announcement and before
+  the clearing a note with the count even (the trainer frees it; never twice).
 - finished episodes: a 28-byte record (time, agent, reward, length) in one pipe that every agent writes to and
   the stats process reads (one atomic write, no lock: an agent killed at any moment cannot block the others).
 
@@ -140,7 +146,7 @@ class SharedBuffers:
             "agent_steps": ((a,), np.int64),
             "agent_time": ((a, N_AGENT_TIMES), np.float64),
             "stop": ((a,), np.uint8),
-            # the experience slot an agent has taken and not yet announced (-1: none), and how many it took
+            # the experience slot an agent has taken and not yet announced (-1: none), and how many it asked for
             "agent_slot": ((a,), np.int32),
             "agent_taken": ((a,), np.int64),
             # slot states: T steps plus the bootstrap state after them (V-trace needs it)

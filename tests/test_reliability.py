@@ -1,7 +1,8 @@
 """Faults a long run must survive, with real processes on the CPU: agents that die (SIGKILL while filling an
-experience slot, an environment that raises), a predictor or trainer that raises, SIGINT/SIGTERM at awkward
-moments (start-up, a checkpoint save, a dynamic adjustment), SIGKILL of the main process during a save followed
-by a resume, and a checkpoint folder or results file that stops being writable mid-run.
+experience slot or at the very read that takes one, an environment that raises), a predictor or trainer that
+raises, SIGINT/SIGTERM at awkward moments (start-up, a checkpoint save, a dynamic adjustment), SIGKILL of the main
+process mid-run or during a save followed by a resume, a checkpoint folder or results file that stops being
+writable mid-run, and a full disk (a small tmpfs) under CHECKPOINT_DIR, LOG_DIR or the results file.
 
 Each run carries a marker in its environment (see conftest); no process carrying it may remain afterwards, and
 no entry it created may remain in /dev/shm.
@@ -9,6 +10,7 @@ no entry it created may remain in /dev/shm.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import logging
 import multiprocessing.resource_tracker
@@ -45,6 +47,7 @@ PONG = ["ATARI_GAME=PongDeterministic-v4", "DEVICE=cpu", "DYNAMIC_SETTINGS=False
 BIG_CARTPOLE = [*CARTPOLE, "MLP_HIDDEN_SIZE=1024", "AGENTS=2", "SAVE_FREQUENCY=1", "EPISODES=1000000"]
 # the longest a stop may take in each test, from the server's constants (Config's PREDICTORS=2 and TRAINERS=2
 # where a test does not set them); two saves where a periodic one may be under way when the stop comes
+ORPHANS_GONE_SECONDS = 10  # a killed main process: its agents and stats process exit by themselves within this
 PONG_STOP = stop_bound(agents=3, predictors=2, trainers=2)
 BIG_CARTPOLE_STOP = stop_bound(agents=2, predictors=2, trainers=2, saves=2)
 
@@ -292,6 +295,89 @@ def test_dead_agents_are_replaced_and_their_slots_recovered(tmp_path, monkeypatc
     assert_no_leftovers(tag)
 
 
+SLOT_FAULT = """
+import os
+import signal
+
+TRIGGER = os.environ.get("GA3C_TEST_SLOT_FAULT_FILE", "")
+_readv = os.readv
+
+
+def _claim() -> bool:
+    try:
+        os.rename(TRIGGER, TRIGGER + ".taken")
+    except OSError:
+        return False
+    return True
+
+
+def readv(fd, buffers):
+    \"\"\"os.readv, which only an agent taking an experience slot calls: once, in the one agent that claims the
+    trigger file, SIGKILL right before the read ('before') or right after it returns ('after').\"\"\"
+    if TRIGGER and os.path.exists(TRIGGER) and open(TRIGGER).read() == "before" and _claim():
+        os.kill(os.getpid(), signal.SIGKILL)
+    got = _readv(fd, buffers)
+    if got and TRIGGER and os.path.exists(TRIGGER) and open(TRIGGER).read() == "after" and _claim():
+        os.kill(os.getpid(), signal.SIGKILL)
+    return got
+
+
+if TRIGGER:
+    os.readv = readv
+"""
+
+
+@pytest.mark.parametrize("moment", ["after", "before"])
+def test_agent_killed_at_the_read_that_takes_a_slot(tmp_path, monkeypatch, tag, caplog, moment):
+    """The slot-leak window: an agent SIGKILLed by a fault injected in its own process right after the system
+    call that takes the only experience slot returns (before any line of the agent runs), or right before it: the
+    slot comes back exactly when it was taken (training goes on: with one slot, a leak stops it), never twice
+    (the free pipe holds it once at the end), and the summary counts it in slots_recovered."""
+    from ga3c import SharedBuffers as sb
+
+    faulty = tmp_path / "faulty"
+    faulty.mkdir()
+    (faulty / "sitecustomize.py").write_text(SLOT_FAULT)
+    trigger = tmp_path / "slot-fault"
+    monkeypatch.setenv("GA3C_TEST_SLOT_FAULT_FILE", str(trigger))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(faulty), os.environ.get("PYTHONPATH", "")]))
+    caplog.set_level(logging.INFO, logger="ga3c")
+    server, free = in_process_server(
+        [*CARTPOLE, "AGENTS=2", "PREDICTORS=1", "TRAINERS=1", "MAX_QUEUE_SIZE=1", "TIME_MAX=20",
+         "MAX_SECONDS=200", "EPISODES=1000000", "SAVE_MODELS=False", "PRINT_STATS_FREQUENCY=100000"],
+        tmp_path, monkeypatch, tag)
+    c = server.shared.counters
+    seen: dict[str, object] = {}
+
+    def drive(srv) -> None:
+        try:
+            assert wait_until(lambda: c[sb.C_TRAINED] > 0, 90), "training never started"
+            trigger.write_text(moment)
+            assert wait_until(lambda: srv.deaths == 1 and len(srv.agents) == 2, 60), "no agent died of the fault"
+            assert (tmp_path / "slot-fault.taken").exists()
+            assert wait_until(lambda: not srv.recoveries, 10), "the dead agent's record was not read"
+            seen["recovered"] = int(c[sb.C_RECOVERED])
+            before = int(c[sb.C_TRAINED])
+            assert wait_until(lambda: c[sb.C_TRAINED] > before + 2000, 60), \
+                "training did not go on after the kill (the only experience slot leaked)"
+        finally:
+            srv.request_stop("test")
+
+    rc, errors = run_with_driver(server, drive)
+    assert not errors, errors[0]
+    assert rc == 0
+    assert seen["recovered"] == (1 if moment == "after" else 0), seen
+    deaths = [r.getMessage() for r in caplog.records if "starting a replacement" in r.getMessage()]
+    assert len(deaths) == 1 and "exited with code -9" in deaths[0], deaths
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("summary:")]
+    assert len(lines) == 1, lines
+    assert f"slots_recovered={seen['recovered']} " in lines[0], lines[0]
+    produced = int(server.shared.agent_steps.sum())
+    assert produced == int(c[sb.C_TRAINED] + c[sb.C_DROPPED] + c[sb.C_DISCARDED]), lines[0]
+    assert free == [0], f"free slots at the end: {free}"
+    assert_no_leftovers(tag)
+
+
 # ----------------------------------------------------------------------------------------------- threads fail
 @pytest.mark.parametrize("component", ["trainer", "predictor"])
 def test_failing_thread_stops_the_run_with_a_final_checkpoint(tmp_path, monkeypatch, tag, caplog, component):
@@ -418,10 +504,42 @@ def test_sigint_during_dynamic_adjustment(tmp_path, tag):
 
 
 # ----------------------------------------------------------------------------------------------- main killed
-def test_sigkill_during_save_then_resume(tmp_path, tag):
-    """SIGKILL of the main process while it writes a checkpoint: the agents and the stats process exit by
-    themselves, nothing stays in /dev/shm, the previous checkpoint loads, and LOAD_CHECKPOINT=True resumes from
-    it: counters, network and optimizer, schedule, and results.txt cut back to it and continued."""
+def kill_server(args: list[str], tmp_path: Path, tag: str, moment: str) -> float:
+    """Starts a run and SIGKILLs its main process mid-run (between saves) or while it writes a checkpoint (the
+    moment its temporary file appears, polled every millisecond); returns the seconds its agents and stats
+    process took to exit by themselves (no group kill)."""
+    folder = tmp_path / "checkpoints"
+    proc, out_path, err_path = start_ga3c(args, tmp_path, tagged_env(tag))
+    try:
+        assert wait_until(lambda: len(checkpoint_files(folder)) - len(temporaries(folder)) >= 2
+                          or proc.poll() is not None, 120), tail(err_path.read_text())
+        if moment == "saving":
+            assert wait_until(lambda: temporaries(folder) or proc.poll() is not None, 60, interval=0.001)
+        else:  # some episodes past the last checkpoint, which the resume must cut off
+            def between_saves() -> bool:
+                saved = max(int(f[len("network_"):-len(".pt")]) for f in checkpoint_files(folder) if f.endswith(".pt"))
+                return len(result_lines(tmp_path / "results.txt")) > saved + 3 and not temporaries(folder)
+
+            assert wait_until(lambda: between_saves() or proc.poll() is not None, 60, interval=0.01)
+        assert proc.poll() is None, tail(err_path.read_text())
+        os.kill(proc.pid, signal.SIGKILL)
+        killed = time.time()
+        proc.wait(timeout=10)
+        left = leftover_processes(tag, grace=ORPHANS_GONE_SECONDS)
+        took = time.time() - killed
+        assert not left, "processes left behind:\n" + "\n".join(left)
+    finally:
+        kill_session(proc)
+    assert took < ORPHANS_GONE_SECONDS
+    return took
+
+
+@pytest.mark.parametrize("moment", ["mid-run", "saving"])
+def test_sigkill_then_resume(tmp_path, tag, moment):
+    """SIGKILL of the main process mid-run or while it writes a checkpoint: the agents and the stats process
+    exit by themselves within 10 s, nothing stays in /dev/shm, the previous checkpoint loads, and
+    LOAD_CHECKPOINT=True resumes from it: counters, network and optimizer, schedule, and results.txt cut back to
+    exactly its episode count (no episode twice) and continued."""
     import torch
 
     from ga3c.Server import Server
@@ -430,25 +548,24 @@ def test_sigkill_during_save_then_resume(tmp_path, tag):
     shm_before = set(os.listdir("/dev/shm"))
     folder = tmp_path / "checkpoints"
     schedule = ["ANNEALING_EPISODE_COUNT=100000", "LEARNING_RATE_START=0.001", "LEARNING_RATE_END=0.0001"]
-    proc, out_path, err_path = start_ga3c([*BIG_CARTPOLE, *schedule], tmp_path, tagged_env(tag))
-    try:
-        assert wait_until(lambda: len(checkpoint_files(folder)) >= 2 or proc.poll() is not None, 120), \
-            tail(err_path.read_text())
-        assert wait_until(lambda: temporaries(folder) or proc.poll() is not None, 60, interval=0.001)
-        assert proc.poll() is None, tail(err_path.read_text())
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=10)
-        mid_save = bool(temporaries(folder))
-        # the agents and the stats process notice by themselves (no group kill here)
-        assert_no_leftovers(tag, grace=15)
-    finally:
-        kill_session(proc)
-    assert mid_save, f"the kill missed the save: {checkpoint_files(folder)}"  # the temporary file stayed
+    for attempt in range(3):  # a kill can land just after the rename, missing the save: start again (bounded)
+        if attempt:
+            shutil.rmtree(folder)
+            (tmp_path / "results.txt").unlink()
+        took = kill_server([*BIG_CARTPOLE, *schedule, f"SAVE_FREQUENCY={20 if moment == 'mid-run' else 1}"],
+                           tmp_path, tag, moment)
+        if moment == "mid-run" or temporaries(folder):  # the temporary file stayed: the kill hit the save
+            break
+    else:
+        pytest.fail(f"three kills missed the save: {checkpoint_files(folder)}")
+    print(f"the agents and the stats process exited {took:.2f} s after the SIGKILL ({moment}, attempt {attempt + 1})")
     assert not shm_leaks(shm_before), f"left in /dev/shm: {shm_leaks(shm_before)}"
     ckpt = latest_checkpoint(folder)
     episodes = ckpt["counters"]["episodes"]
     lines_before = assert_results_complete(tmp_path / "results.txt")
     assert len(lines_before) >= episodes > 0
+    if moment == "mid-run":
+        assert len(lines_before) > episodes
 
     # what the next start resumes: checked in this process without starting anything
     cfg = parse_settings([*BIG_CARTPOLE, *schedule, "LOAD_CHECKPOINT=True",
@@ -537,7 +654,171 @@ def test_results_file_on_a_full_disk_stops_with_an_error(tmp_path, tag):
     err = err_path.read_text()
     assert proc.returncode == 1, tail(err)
     assert re.search(r"^ga3c: error: the stats process cannot write '/dev/full': .*No space left", err, re.M), err
-    assert "the stats process died (exit code 1); stopping" in err
+    assert len(re.findall(r"error", err, re.I)) == 1, tail(err)
+    assert "stopping: the results file could not be written" in err
+    assert "the stats process died" not in err  # its own line says it all
     assert "Traceback" not in err, tail(err)
     assert latest_checkpoint(tmp_path / "checkpoints")  # the final checkpoint is still written
+    assert_no_leftovers(tag)
+
+
+# ----------------------------------------------------------------------------------------------- a full disk
+DISK_MB = 32
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A DISK_MB tmpfs mounted in the test's folder (needs root and a kernel that lets us mount: CI has both),
+    unmounted at the end whatever happened (lazily if a process still holds a file there)."""
+    where = tmp_path / "disk"
+    where.mkdir()
+    if os.geteuid() != 0:
+        pytest.skip("a full disk is simulated with a small tmpfs, which only root may mount")
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={DISK_MB}m", "tmpfs", str(where)],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+    try:
+        yield where
+    finally:
+        if subprocess.run(["umount", str(where)], capture_output=True).returncode != 0:
+            subprocess.run(["umount", "-l", str(where)], capture_output=True)
+        assert not os.path.ismount(where)
+
+
+def fill(disk: Path) -> int:
+    """Fills the file system of `disk` to the last byte (a file of zeros, written until ENOSPC at every block
+    size down to one byte); returns the bytes written."""
+    written, size = 0, 1 << 20
+    fd = os.open(disk / "filler", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    try:
+        while size:
+            try:
+                written += os.write(fd, bytes(size))
+            except OSError as exc:
+                if exc.errno != errno.ENOSPC:
+                    raise
+                size //= 2
+    finally:
+        os.close(fd)
+    return written
+
+
+def error_lines(err: str) -> list[str]:
+    """The lines of a run's stderr that report a problem (the log has no level names), but for the line that
+    gives the reason of the stop."""
+    return [line for line in err.splitlines() if "] stopping: " not in line
+            and re.search(r"error|warning|traceback|exception|could not|cannot|failed|died", line, re.I)]
+
+
+def test_full_disk_under_checkpoint_dir(tmp_path, tag, small_disk):
+    """CHECKPOINT_DIR on a disk that fills up mid-run: the next save fails with one error line naming the cause,
+    the run stops cleanly (status 1) without trying a final save that would fail the same way, no temporary file
+    is left, and the last good checkpoint is intact and loads."""
+    from ga3c.Checkpoint import load_checkpoint
+
+    folder = small_disk / "checkpoints"
+    args = [*CARTPOLE, "AGENTS=2", "SAVE_FREQUENCY=10", "EPISODES=1000000", "MAX_SECONDS=300",
+            f"CHECKPOINT_DIR={folder}"]
+    proc, out_path, err_path = start_ga3c(args, tmp_path, tagged_env(tag))
+    try:
+        assert wait_until(lambda: len(checkpoint_files(folder)) - len(temporaries(folder)) >= 2
+                          or proc.poll() is not None, 120), tail(err_path.read_text())
+        assert proc.poll() is None, tail(err_path.read_text())
+        good = [f for f in checkpoint_files(folder) if f.endswith(".pt")]
+        fill(small_disk)
+        took = wait_exit(proc, err_path, "the disk filled up", timeout=120)
+    finally:
+        kill_session(proc)
+    err = err_path.read_text()
+    assert proc.returncode == 1, tail(err)
+    assert took < 60
+    errors = error_lines(err)
+    assert len(errors) == 1, errors
+    assert re.search(rf"the periodic checkpoint could not be written to '{folder}': .*No space left on device",
+                     errors[0]), errors
+    assert "stopping: a checkpoint could not be written" in err
+    assert not temporaries(folder)
+    kept = [f for f in checkpoint_files(folder) if f.endswith(".pt")]
+    assert set(good) <= set(kept), (good, kept)  # a save may have finished between the listing and the filling
+    for name in kept:
+        assert load_checkpoint(str(folder / name))["episode"] == int(name[len("network_"):-len(".pt")])
+    latest = latest_checkpoint(folder)
+    assert latest["counters"]["episodes"] <= len(assert_results_complete(tmp_path / "results.txt"))
+    print(f"CHECKPOINT_DIR full: stopped {took:.1f} s after the disk filled; last good checkpoint: episode "
+          f"{latest['counters']['episodes']}")
+    assert_all_accounted(summary(err), err)
+    assert_no_leftovers(tag)
+
+
+def test_full_disk_under_log_dir(tmp_path, tag, small_disk):
+    """LOG_DIR (TensorBoard) on a disk that fills up mid-run: one warning line, then the run goes on without
+    TensorBoard (episodes keep coming, training keeps up), and a SIGINT stops it cleanly with status 0."""
+    logs = small_disk / "logs"
+    args = [*CARTPOLE, "AGENTS=2", "TENSORBOARD=True", f"LOG_DIR={logs}", "SAVE_FREQUENCY=1000000",
+            "EPISODES=1000000", "MAX_SECONDS=300"]
+    results = tmp_path / "results.txt"
+    proc, out_path, err_path = start_ga3c(args, tmp_path, tagged_env(tag))
+    warning = "ga3c: warning: TensorBoard cannot write to"
+    try:
+        assert wait_until(lambda: len(result_lines(results)) >= 20 or proc.poll() is not None, 120), \
+            tail(err_path.read_text())
+        assert proc.poll() is None, tail(err_path.read_text())
+        events = [f for f in os.listdir(logs) if f.startswith("events.out.tfevents")]
+        assert events and os.path.getsize(logs / events[0]) > 0
+        fill(small_disk)
+        assert wait_until(lambda: warning in err_path.read_text() or proc.poll() is not None, 60), \
+            tail(err_path.read_text())
+        after = len(result_lines(results))
+        assert wait_until(lambda: len(result_lines(results)) >= after + 30 or proc.poll() is not None, 120)
+        assert proc.poll() is None, tail(err_path.read_text())
+        os.kill(proc.pid, signal.SIGINT)
+        took = wait_exit(proc, err_path, "SIGINT")
+    finally:
+        kill_session(proc)
+    err = check_clean_stop(proc, out_path, err_path, tmp_path, "SIGINT", took)
+    warnings = error_lines(err)
+    assert len(warnings) == 1 and warnings[0].startswith(warning), warnings
+    assert re.fullmatch(rf"{warning} '{logs}': \[Errno 28\] No space left on device; training goes on without "
+                        rf"TensorBoard", warnings[0]), warnings
+    s = summary(err)
+    assert_all_accounted(s, err)
+    assert s["episodes"] >= after + 30
+    print(f"LOG_DIR full: one warning, {int(s['episodes']) - after} episodes after it, stopped {took:.1f} s after "
+          f"SIGINT")
+    assert_no_leftovers(tag)
+
+
+def test_full_disk_under_the_results_file(tmp_path, tag, small_disk):
+    """The results file on a disk that fills up mid-run: one error line, a clean stop (status 1), every line
+    written before is kept and none is torn, and the final checkpoint (on another disk) counts exactly the
+    lines kept, so that a resume continues from there."""
+    results = small_disk / "results.txt"
+    args = [*CARTPOLE, "AGENTS=2", f"RESULTS_FILENAME={results}", "SAVE_FREQUENCY=1000000", "EPISODES=1000000",
+            "MAX_SECONDS=300"]
+    proc, out_path, err_path = start_ga3c(args, tmp_path, tagged_env(tag))
+    try:
+        assert wait_until(lambda: len(result_lines(results)) >= 20 or proc.poll() is not None, 120), \
+            tail(err_path.read_text())
+        assert proc.poll() is None, tail(err_path.read_text())
+        fill(small_disk)
+        took = wait_exit(proc, err_path, "the disk filled up", timeout=120)
+    finally:
+        kill_session(proc)
+    err = err_path.read_text()
+    assert proc.returncode == 1, tail(err)
+    assert took < 60
+    errors = error_lines(err)
+    assert len(errors) == 1, errors
+    assert re.fullmatch(rf"ga3c: error: the stats process cannot write '{results}': \[Errno 28\] No space left on "
+                        rf"device; stopping the run \(its \d+ complete lines are kept\)", errors[0]), errors
+    assert "stopping: the results file could not be written" in err
+    lines = assert_results_complete(results)
+    assert len(lines) >= 20
+    assert f"(its {len(lines)} complete lines are kept)" in errors[0]
+    final = latest_checkpoint(tmp_path / "checkpoints")
+    assert final["counters"]["episodes"] == len(lines)
+    print(f"results file full: stopped {took:.1f} s after the disk filled, {len(lines)} lines kept = the final "
+          f"checkpoint's episodes")
+    assert_all_accounted(summary(err), err)
     assert_no_leftovers(tag)
