@@ -63,13 +63,14 @@ class ProcessStats:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         cfg, c = self.cfg, self.shared.counters
         self.writer = None
+        self.opening = None  # the thread importing TensorBoard's writer; scalars wait in `pending` meanwhile
+        self.pending: list[tuple[str, float, int]] = []
         if cfg.TENSORBOARD:
             # TensorBoard's writer thread ends on a write error and hands it to our next call: no traceback here
             threading.excepthook = lambda args: None if issubclass(args.exc_type, OSError) else \
                 threading.__excepthook__(args)
-            from torch.utils.tensorboard import SummaryWriter
-
-            self._tensorboard(lambda: setattr(self, "writer", SummaryWriter(log_dir=cfg.LOG_DIR)))
+            self.opening = threading.Thread(target=self._open_writer, name="tensorboard-open", daemon=True)
+            self.opening.start()
         self.window = deque(maxlen=cfg.STAT_ROLLING_MEAN_WINDOW)
         self.rolling_sum = 0.0
         self.episodes = int(c[sb.C_EPISODES])
@@ -107,8 +108,28 @@ class ProcessStats:
         finally:
             if self.results_fd >= 0:
                 os.close(self.results_fd)
+            if self.opening is not None:
+                self.opening.join()
+                self._adopt_writer()
             if self.writer is not None:
                 self._tensorboard(self.writer.close, closing=True)
+
+    def _open_writer(self) -> None:
+        """Imports torch's SummaryWriter and opens LOG_DIR, in a thread: the import takes seconds, and the
+        episodes that finish meanwhile must reach the results file (a run stopped then would otherwise lose them
+        when the server ends a stats process that is still importing)."""
+        def make() -> None:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self.writer = SummaryWriter(log_dir=self.cfg.LOG_DIR)
+        self._tensorboard(make)
+
+    def _adopt_writer(self) -> None:
+        """Once the writer is open (or failed to open), writes the scalars that waited for it."""
+        self.opening = None
+        pending, self.pending = self.pending, []
+        for key, value, step in pending:
+            self._scalar(key, value, step)
 
     def _tensorboard(self, call, closing: bool = False) -> None:
         """Runs a TensorBoard call; the first that fails (LOG_DIR full or gone) costs one warning line and
@@ -126,6 +147,11 @@ class ProcessStats:
                     writer.close()
 
     def _scalar(self, key: str, value: float, step: int) -> None:
+        if self.opening is not None:
+            if self.opening.is_alive():
+                self.pending.append((key, value, step))
+                return
+            self._adopt_writer()
         if self.writer is not None:
             self._tensorboard(lambda: self.writer.add_scalar(key, value, step))
 

@@ -10,7 +10,7 @@ import signal
 import time
 
 import pytest
-from conftest import CARTPOLE, leftover_processes, run_ga3c, summary, tagged_env, tail, wait_until
+from conftest import CARTPOLE, leftover_processes, result_lines, run_ga3c, summary, tagged_env, tail, wait_until
 from test_reliability import in_process_server, run_with_driver
 
 from ga3c import Server as server_module
@@ -145,3 +145,37 @@ def test_train_scalars_reach_tensorboard(tmp_path, tag):
     assert all(0 <= e.value <= 1 for e in series["policy_lag_mean"][:1])  # the first update acts on fresh weights
     steps = [e.step for e in series["updates"]]
     assert steps == sorted(steps) and steps[-1] <= s["steps"]
+
+
+SLOW_TENSORBOARD = """
+import sys
+import time
+
+
+class SlowTensorBoard:
+    \"\"\"Makes importing torch's TensorBoard writer take longer than the server waits for the stats process.\"\"\"
+
+    def find_spec(self, name, path=None, target=None):
+        if name == "torch.utils.tensorboard":
+            time.sleep(float(__import__("os").environ["GA3C_TEST_TB_DELAY"]))
+        return None
+
+
+sys.meta_path.insert(0, SlowTensorBoard())
+"""
+
+
+def test_a_run_ending_while_tensorboard_loads_keeps_every_episode(tmp_path, tag):
+    """The stats process imports TensorBoard (seconds of torch) while it writes the results: a run that ends before
+    the import does keeps every episode in results.txt (it lost them all when the import came first)."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(SLOW_TENSORBOARD)
+    env = tagged_env(tag, {"GA3C_TEST_TB_DELAY": str(server_module.STATS_JOIN_SECONDS + 10)})
+    env["PYTHONPATH"] += os.pathsep + str(site)
+    rc, out, err = run_ga3c([*CARTPOLE, "AGENTS=2", "TENSORBOARD=True", "MAX_STEPS=2000", "SAVE_MODELS=False"],
+                            tmp_path, timeout=240, env=env)
+    assert rc == 0, tail(err)
+    s = summary(err)
+    lines = result_lines(tmp_path / "results.txt")
+    assert s["episodes"] > 0 and len(lines) == s["episodes"], (len(lines), s, tail(err))
