@@ -28,8 +28,10 @@ STATS_LINE = re.compile(
     r"\[PPS: +(?P<pps>\d+) TPS: +(?P<tps>\d+)\].*\[NT: +(?P<nt>\d+) NP: +(?P<np>\d+) NA: +(?P<na>\d+)\]$")
 SUMMARY = re.compile(r"summary: (?P<body>.*)$", re.MULTILINE)
 
+# The original's settings: a --config, so that no automatic CPU preset applies (tests/test_auto_preset.py tests it).
+ORIGINAL = ["--config", str(REPO / "configs" / "pong.toml")]
 # Common settings of the short CPU runs.
-CPU = ["DEVICE=cpu", "DYNAMIC_SETTINGS=False"]
+CPU = [*ORIGINAL, "DEVICE=cpu", "DYNAMIC_SETTINGS=False"]
 CARTPOLE = ["ATARI_GAME=CartPole-v1", *CPU]
 
 

@@ -19,6 +19,7 @@ import pytest
 from conftest import (
     CARTPOLE,
     CPU,
+    ORIGINAL,
     REPO,
     RESULT_LINE,
     TAG_KEY,
@@ -243,7 +244,7 @@ def test_set_counts_mid_run_in_process(tmp_path, monkeypatch, tag):
 
 
 def test_dynamic_adjustment_changes_counts(tmp_path, tag):
-    rc, out, err = run_ga3c(["ATARI_GAME=CartPole-v1", "DEVICE=cpu", "DYNAMIC_SETTINGS=True",
+    rc, out, err = run_ga3c([*ORIGINAL, "ATARI_GAME=CartPole-v1", "DEVICE=cpu", "DYNAMIC_SETTINGS=True",
                              "DYNAMIC_SETTINGS_INITIAL_WAIT=1", "DYNAMIC_SETTINGS_STEP_WAIT=2", "MAX_SECONDS=25",
                              "PRINT_STATS_FREQUENCY=5", "AGENTS=2", "TRAINERS=1", "PREDICTORS=1", "MAX_AGENTS=5",
                              "MAX_TRAINERS=3", "MAX_PREDICTORS=3", "EPISODES=1000000", "SAVE_MODELS=False"],
