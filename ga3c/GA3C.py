@@ -15,7 +15,7 @@ def main(argv: list[str] | None = None) -> int:
 
     logging.basicConfig(level=logging.INFO, format="[%(asctime)s] %(message)s", datefmt="%H:%M:%S")
     try:
-        cfg = parse_settings(sys.argv[1:] if argv is None else argv)
+        cfg = parse_settings(sys.argv[1:] if argv is None else argv, auto=True)
         if cfg.PLAY_MODE:
             from ga3c.Player import Player
 

@@ -1,5 +1,9 @@
 """Reads the settings: `Config.py` defaults, then `--config FILE.toml` files, then `KEY=VALUE` arguments.
 
+When the model runs on the CPU and no `--config` was given, the training command (`python -m ga3c`, `_train.sh`)
+puts a CPU preset under the `KEY=VALUE` arguments (`auto_preset`): `Config.py` keeps the original's values, which
+are sized for a GPU.
+
 Every value is parsed by the type of its default and checked once, before any process starts, so a typo dies
 with one line that names the key, the value, what was expected and the fix, instead of an hour into a run (the
 original GA3C took `KEY=False` as True and died on unknown keys with a bare AttributeError).
@@ -11,6 +15,7 @@ from __future__ import annotations
 import difflib
 import importlib.util
 import inspect
+import logging
 import math
 import re
 import sys
@@ -26,7 +31,10 @@ else:  # pragma: no cover - exercised on Python 3.10 only
 from ga3c.Config import Config
 from ga3c.errors import ConfigError
 
-__all__ = ['parse_settings', 'validate', 'config_to_dict', 'config_from_dict', 'setting_names', 'help_text']
+__all__ = ['parse_settings', 'validate', 'config_to_dict', 'config_from_dict', 'setting_names', 'help_text',
+           'auto_preset', 'model_on_cpu']
+
+log = logging.getLogger(__name__)
 
 CLI = 'the command line'
 HELP_HINT = 'Run with --help to list every setting.'
@@ -45,6 +53,12 @@ PLAY_MODE_OVERRIDES: dict[str, object] = {
     'TRAIN_MODELS': False,
     'SAVE_MODELS': False,
 }
+# The presets of a checkout; the automatic CPU preset is picked from them by the network the task uses.
+PRESETS = Path(__file__).resolve().parent.parent / 'configs'
+AUTO_PRESETS = {'cnn': 'cpu.toml', 'mlp': 'classic.toml'}
+# Keys an automatic preset never sets: the task is the user's choice (or Config.py's), never the preset's.
+AUTO_PRESET_SKIPPED = frozenset({'ATARI_GAME'})
+ORIGINAL_HINT = "for the original's settings instead: --config configs/pong.toml (KEY=VALUE arguments still win)"
 
 
 def setting_names() -> list[str]:
@@ -186,9 +200,11 @@ def _read_toml(path: str) -> dict[str, object]:
     return flat
 
 
-def parse_settings(argv: list[str]) -> Config:
+def parse_settings(argv: list[str], *, auto: bool = False) -> Config:
     """Builds the effective settings from Config.py, `--config FILE.toml` files (in order), then `KEY=VALUE`.
 
+    With `auto` (the training command), no `--config` and the model on the CPU, `auto_preset`'s file takes the
+    place of the missing `--config` (its ATARI_GAME excepted); play mode never gets it (the checkpoint decides).
     `-h`/`--help` prints every setting and raises SystemExit(0). Play mode forces the original's overrides.
     The result is a picklable Config instance whose attributes shadow the class defaults; it is validated.
     """
@@ -221,6 +237,23 @@ def parse_settings(argv: list[str]) -> Config:
                               f'--config FILE.toml, or --help. {HELP_HINT}')
         i += 1
 
+    cfg, sources = _layer(files, pairs)
+    if auto and not files and not cfg.PLAY_MODE:
+        validate(cfg, sources=sources)  # before auto_preset creates an environment with these values
+        preset = auto_preset(cfg)
+        if preset is not None:
+            cfg, sources = _layer([str(preset)], pairs, skipped=AUTO_PRESET_SKIPPED)
+    if cfg.PLAY_MODE:
+        for key, value in PLAY_MODE_OVERRIDES.items():
+            setattr(cfg, key, value)
+            sources[key] = 'a play-mode override'
+    validate(cfg, sources=sources)
+    return cfg
+
+
+def _layer(files: list[str], pairs: list[tuple[str, str]],
+           skipped: frozenset[str] = frozenset()) -> tuple[Config, dict[str, str]]:
+    """Config.py's defaults, then each file's keys (but `skipped`), then the KEY=VALUE pairs; and each key's source."""
     known = set(setting_names())
     cfg = Config()
     sources: dict[str, str] = {}
@@ -228,19 +261,48 @@ def parse_settings(argv: list[str]) -> Config:
         for key, value in _read_toml(path).items():
             if key not in known:
                 raise _unknown(key, path)
-            setattr(cfg, key, _coerce(key, value, path))
-            sources[key] = path
+            if key not in skipped:
+                setattr(cfg, key, _coerce(key, value, path))
+                sources[key] = path
     for key, value in pairs:
         if key not in known:
             raise _unknown(key, CLI)
         setattr(cfg, key, _parse_text(key, value, CLI))
         sources[key] = CLI
-    if cfg.PLAY_MODE:
-        for key, value in PLAY_MODE_OVERRIDES.items():
-            setattr(cfg, key, value)
-            sources[key] = 'a play-mode override'
-    validate(cfg, sources=sources)
-    return cfg
+    return cfg, sources
+
+
+def model_on_cpu(device: str) -> bool:
+    """Whether DEVICE puts the model on the CPU: asked for, or a GPU asked for where CUDA is not available."""
+    if device.strip().lower().startswith('cpu'):
+        return True
+    import torch  # only here: agent processes import this module and need no torch
+
+    return not torch.cuda.is_available()
+
+
+def auto_preset(cfg: Config) -> Path | None:
+    """The preset for a model on the CPU: configs/cpu.toml for image tasks (Atari), configs/classic.toml for
+    vector tasks (CartPole, Acrobot, ...); None when the model runs on a GPU. Logs which one applies and why.
+
+    The choice needs the observation's shape, so it creates (and closes) one environment of cfg.ATARI_GAME.
+    """
+    if not model_on_cpu(cfg.DEVICE):
+        return None
+    from ga3c.Environment import probe_environment  # gymnasium and ALE: not for agents that only read settings
+
+    network = 'cnn' if len(probe_environment(cfg)[0]) == 3 else 'mlp'
+    path = PRESETS / AUTO_PRESETS[network]
+    shown = f'configs/{path.name}'
+    if not path.is_file():
+        log.warning('the model runs on the CPU and no --config was given, but the CPU preset %s is missing (a '
+                    "package installed without its checkout): using Config.py's values, sized for a GPU", shown)
+        return None
+    log.info('the model runs on the CPU and no --config was given: using the CPU preset %s (Config.py holds the '
+             "original's values, sized for a GPU); KEY=VALUE arguments win over it, and the game stays %s",
+             shown, cfg.ATARI_GAME)
+    log.info(ORIGINAL_HINT)
+    return path
 
 
 def _check(ok: bool, cfg: Config, name: str, expected: str, fix: str, sources: Mapping[str, str]) -> None:

@@ -35,8 +35,10 @@ SUMMARY = re.compile(r"summary: (?P<body>.*)$", re.MULTILINE)
 SAVE_ALLOWANCE = 10.0
 EXIT_ALLOWANCE = 5.0
 
+# The original's settings: a --config, so that no automatic CPU preset applies (tests/test_auto_preset.py tests it).
+ORIGINAL = ["--config", str(REPO / "configs" / "pong.toml")]
 # Common settings of the short CPU runs.
-CPU = ["DEVICE=cpu", "DYNAMIC_SETTINGS=False"]
+CPU = [*ORIGINAL, "DEVICE=cpu", "DYNAMIC_SETTINGS=False"]
 CARTPOLE = ["ATARI_GAME=CartPole-v1", *CPU]
 
 
@@ -159,6 +161,18 @@ def stats_lines(stdout: str) -> list[re.Match]:
     return [m for m in (STATS_LINE.match(line) for line in stdout.splitlines()) if m]
 
 
+def steps_to_reach(path: Path, window: int, target: float) -> int | None:
+    """Agent steps of the finished episodes when the rolling mean over `window` episodes first reached `target`."""
+    scores, steps = [], 0
+    for line in result_lines(path):
+        _, score, length = line.split(", ")
+        scores.append(float(score))
+        steps += int(length)
+        if len(scores) >= window and sum(scores[-window:]) / window >= target:
+            return steps
+    return None
+
+
 def rolling_means(scores: list[float], window: int) -> list[float]:
     """Mean of the last `window` scores after each episode, from the window-th episode on."""
     return [sum(scores[i - window:i]) / window for i in range(window, len(scores) + 1)]
@@ -199,13 +213,18 @@ def wait_until(predicate, timeout: float, interval: float = 0.1) -> bool:
 
 
 def stop_when_learned(proc: subprocess.Popen, results: Path, window: int, target: float, wait: float,
-                      what: str, err_path: Path) -> bool:
+                      what: str, err_path: Path, hang_guard: float = 0) -> bool:
     """Polls the results file every second and sends SIGINT once the rolling mean over `window` episodes reaches
     `target`; then waits up to `wait` s for the run to end (its process group is killed if it does not).
-    True when the target was seen while the run was going."""
+    True when the target was seen while the run was going. With `hang_guard` > 0, a run still going after that
+    many seconds fails the test as a hang (a run bounded by MAX_STEPS ends by itself, however loaded the machine)."""
     reached = False
+    started = time.time()
     try:
         while proc.poll() is None:
+            if hang_guard and time.time() - started > hang_guard:
+                pytest.fail(f"the {what} run was still going after {hang_guard:.0f} s: a hang, since its MAX_STEPS "
+                            f"should have ended it\n{tail(err_path.read_text())}")
             time.sleep(1.0)
             means = rolling_means(result_scores(results), window)
             if means and max(means) >= target:

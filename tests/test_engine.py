@@ -19,6 +19,7 @@ import pytest
 from conftest import (
     CARTPOLE,
     CPU,
+    ORIGINAL,
     REPO,
     RESULT_LINE,
     TAG_KEY,
@@ -31,6 +32,7 @@ from conftest import (
     run_ga3c,
     start_ga3c,
     stats_lines,
+    steps_to_reach,
     stop_bound,
     stop_when_learned,
     summary,
@@ -133,44 +135,38 @@ def test_train_models_false_trains_nothing(tmp_path, tag):
 
 
 # ---------------------------------------------------------------------------------------------------------------
-CARTPOLE_LEARN = ["AGENTS=8", "LEARNING_RATE_START=0.001", "LEARNING_RATE_END=0.001", "DYNAMIC_SETTINGS=False"]
-TARGET, WINDOW, BUDGET = 195.0, 20, 120
+# CartPole with the classic preset, bounded in agent steps: a loaded machine slows the test, it does not fail it.
+TARGET, WINDOW, MAX_STEPS, SEEDS = 195.0, 20, 150_000, (1, 2)
+HANG_GUARD = 600  # seconds; about 30 s on 2 idle cores
 
 
-def cartpole_learning_args() -> list[str]:
-    preset = REPO / "configs" / "cartpole.toml"
-    bounds = ["DEVICE=cpu", f"MAX_SECONDS={BUDGET}", "EPISODES=100000", f"STAT_ROLLING_MEAN_WINDOW={WINDOW}"]
-    if preset.exists():
-        return ["--config", str(preset), *bounds]
-    return ["ATARI_GAME=CartPole-v1", *CARTPOLE_LEARN, *bounds]
-
-
-def learn_cartpole(folder: Path, tag: str) -> tuple[bool, list[float], str]:
-    """One attempt: runs until the rolling mean reaches TARGET (then SIGINT) or MAX_SECONDS ends the run."""
+def learn_cartpole(folder: Path, tag: str, seed: int) -> tuple[int | None, list[float]]:
+    """One attempt: runs until the rolling mean reaches TARGET (then SIGINT) or MAX_STEPS ends the run; returns
+    (agent steps of the finished episodes when TARGET was reached or None, rolling means)."""
     folder.mkdir()
-    proc, out_path, err_path = start_ga3c(cartpole_learning_args(), folder, tagged_env(tag))
+    args = ["--config", str(REPO / "configs" / "classic.toml"), "ATARI_GAME=CartPole-v1", f"MAX_STEPS={MAX_STEPS}",
+            f"SEED={seed}", f"STAT_ROLLING_MEAN_WINDOW={WINDOW}", "SAVE_MODELS=False"]
+    proc, out_path, err_path = start_ga3c(args, folder, tagged_env(tag))
     results = folder / "results.txt"
-    reached = stop_when_learned(proc, results, WINDOW, TARGET, BUDGET + 90, "CartPole", err_path)
+    stop_when_learned(proc, results, WINDOW, TARGET, 120, "CartPole", err_path, hang_guard=HANG_GUARD)
     out, err = out_path.read_text(), err_path.read_text()
     assert_ok(proc.returncode, out, err)
     assert_no_leftovers(tag)
     assert_results_file(results, low=0, high=500)
-    means = rolling_means(result_scores(results), WINDOW)
-    reached = reached or bool(means and max(means) >= TARGET)
-    s = summary(err)
-    assert_accounted(s, err)
-    return reached, means, err
+    assert_accounted(summary(err), err)
+    return steps_to_reach(results, WINDOW, TARGET), rolling_means(result_scores(results), WINDOW)
 
 
 def test_cartpole_learns(tmp_path, tag):
     curves = []
-    for attempt in range(2):
-        reached, means, err = learn_cartpole(tmp_path / f"attempt{attempt}", tag)
-        if reached:
+    for attempt, seed in enumerate(SEEDS):
+        steps, means = learn_cartpole(tmp_path / f"attempt{attempt}", tag, seed)
+        if steps is not None:
+            print(f"CartPole: rolling mean >= {TARGET} after {steps} agent steps (seed {seed})")
             return
-        curves.append([round(m, 1) for m in means])
-    pytest.fail(f"CartPole did not reach a rolling mean of {TARGET} over {WINDOW} episodes within {BUDGET} s in "
-                f"2 attempts; rolling means per episode:\n" + "\n".join(map(str, curves)))
+        curves.append([round(m, 1) for m in means[::max(1, len(means) // 60)]])
+    pytest.fail(f"CartPole did not reach a rolling mean of {TARGET} over {WINDOW} episodes within {MAX_STEPS} agent "
+                f"steps in {len(SEEDS)} attempts; rolling means:\n" + "\n".join(map(str, curves)))
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -243,7 +239,7 @@ def test_set_counts_mid_run_in_process(tmp_path, monkeypatch, tag):
 
 
 def test_dynamic_adjustment_changes_counts(tmp_path, tag):
-    rc, out, err = run_ga3c(["ATARI_GAME=CartPole-v1", "DEVICE=cpu", "DYNAMIC_SETTINGS=True",
+    rc, out, err = run_ga3c([*ORIGINAL, "ATARI_GAME=CartPole-v1", "DEVICE=cpu", "DYNAMIC_SETTINGS=True",
                              "DYNAMIC_SETTINGS_INITIAL_WAIT=1", "DYNAMIC_SETTINGS_STEP_WAIT=2", "MAX_SECONDS=25",
                              "PRINT_STATS_FREQUENCY=5", "AGENTS=2", "TRAINERS=1", "PREDICTORS=1", "MAX_AGENTS=5",
                              "MAX_TRAINERS=3", "MAX_PREDICTORS=3", "EPISODES=1000000", "SAVE_MODELS=False"],

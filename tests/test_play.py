@@ -14,6 +14,7 @@ import cv2
 import numpy as np
 import pytest
 import torch
+from conftest import ORIGINAL
 
 from ga3c.Checkpoint import make_meta, save_checkpoint
 from ga3c.NetworkVP import NetworkVP
@@ -83,8 +84,9 @@ def pong_run(tmp_path_factory):
     """A checkpoint and a results file written by a short real training run (one Pong episode, two agents)."""
     root = tmp_path_factory.mktemp("pong")
     ckpt_dir, results = root / "checkpoints", root / "results.txt"
-    run = ga3c(["ATARI_GAME=PongDeterministic-v4", "AGENTS=2", "EPISODES=1", "DYNAMIC_SETTINGS=False", "DEVICE=cpu",
-                f"CHECKPOINT_DIR={ckpt_dir}", f"RESULTS_FILENAME={results}", "SAVE_MODELS=True"], root, timeout=180)
+    run = ga3c([*ORIGINAL, "ATARI_GAME=PongDeterministic-v4", "AGENTS=2", "EPISODES=1", "DYNAMIC_SETTINGS=False",
+                "DEVICE=cpu", f"CHECKPOINT_DIR={ckpt_dir}", f"RESULTS_FILENAME={results}", "SAVE_MODELS=True"],
+               root, timeout=180)
     assert run.returncode == 0, run.stderr[-3000:]
     assert list(ckpt_dir.glob("network_*.pt")), run.stderr[-3000:]
     assert results.read_text().strip(), "the training run wrote no results line"

@@ -28,6 +28,7 @@ from pathlib import Path
 import pytest
 from conftest import (
     CARTPOLE,
+    ORIGINAL,
     RESULT_LINE,
     TAG_KEY,
     latest_checkpoint,
@@ -477,7 +478,7 @@ def test_sigterm_during_a_checkpoint_save(tmp_path, tag):
 
 
 def test_sigint_during_dynamic_adjustment(tmp_path, tag):
-    args = [*CARTPOLE[:1], "DEVICE=cpu", "DYNAMIC_SETTINGS=True", "DYNAMIC_SETTINGS_INITIAL_WAIT=1",
+    args = [*ORIGINAL, *CARTPOLE[:1], "DEVICE=cpu", "DYNAMIC_SETTINGS=True", "DYNAMIC_SETTINGS_INITIAL_WAIT=1",
             "DYNAMIC_SETTINGS_STEP_WAIT=1", "AGENTS=2", "TRAINERS=1", "PREDICTORS=1", "MAX_AGENTS=6",
             "MAX_TRAINERS=3", "MAX_PREDICTORS=3", "EPISODES=1000000", "SAVE_FREQUENCY=200", "PRINT_STATS_FREQUENCY=1"]
     bound = stop_bound(agents=6, predictors=3, trainers=3, saves=2)  # the largest counts it may have reached
