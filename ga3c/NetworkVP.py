@@ -182,6 +182,7 @@ class NetworkVP:
         else:
             raise ConfigError(f"state shape {self.state_shape}: the network takes images (C, H, W) or vectors (D,)")
         self.kind = model.kind
+        self.recurrent_size = 0
         # The original's initialisation, seeded from SEED without touching torch's global generator
         gen = torch.Generator().manual_seed(int(cfg.SEED))
         with torch.no_grad():
