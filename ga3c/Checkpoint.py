@@ -171,6 +171,9 @@ def check_compatible(ckpt: dict, meta: dict) -> None:
             got = tuple(int(s) for s in got) if got is not None else None
         if want != got:
             diffs.append(f"{key} {got!r} (this run: {want!r})")
+            if key == 'network' and str(got).endswith('-lstm') != str(want).endswith('-lstm'):
+                diffs[-1] += f" [NETWORK_TYPE={'lstm' if str(got).endswith('-lstm') else 'feedforward'!r} builds it]"
+
     if diffs:
         where = ckpt.get('path', 'the checkpoint')
         raise CheckpointError(f"'{where}' was made for another run: {'; '.join(diffs)}: load a checkpoint of this "
