@@ -28,9 +28,10 @@ from ga3c.ThreadPredictor import ThreadPredictor
 from ga3c.ThreadTrainer import ThreadTrainer
 
 CPU = torch.device("cpu")
-# bf16 tolerance, measured: the two paths run the same bf16 matrix products on batches of other sizes; the
-# largest difference seen over these tests was below 4e-3 (probabilities) and 6e-3 (values)
-BF16_ATOL = 2e-2
+# bf16 tolerance. Measured on the CPU: the two paths give bit-identical probabilities, values and states (a
+# difference of 0.0 in every test here; fp32: at most 6e-8). The bound leaves room for kernels whose bf16 rounding
+# depends on the batch size (GPUs); it still catches a state carried wrongly (differences of 3e-3 and more).
+BF16_ATOL = 1e-3
 
 
 def lstm_cfg(*extra: str):
