@@ -22,6 +22,7 @@ import numpy as np
 
 from ga3c.errors import ConfigError
 from ga3c.GameManager import GameManager
+from ga3c.VectorEncoder import VectorEncoder
 
 _INTERPOLATIONS = {'linear': cv2.INTER_LINEAR, 'area': cv2.INTER_AREA}
 
@@ -67,15 +68,9 @@ class Environment:
                                       f'{space}')
                 self._gray = np.empty(space.shape[:2], dtype=np.uint8)
             self._buf = np.zeros((self._k, self._h, self._w), dtype=np.uint8)
-        elif isinstance(space, gym.spaces.Box) and space.shape is not None and len(space.shape) == 1:
-            self._onehot = False
-            self._buf = np.zeros(space.shape, dtype=np.float32)
-        elif isinstance(space, gym.spaces.Discrete):
-            self._onehot = True
-            self._buf = np.zeros((int(space.n),), dtype=np.float32)
         else:
-            raise ConfigError(f'{cfg.ATARI_GAME}: observation space {space} is not supported (images and 1-D '
-                              'vectors are)')
+            self._encoder = VectorEncoder(space, cfg.ATARI_GAME)
+            self._buf = self._encoder.vector
         self._state = self._buf.view()
         self._state.flags.writeable = False
 
@@ -87,11 +82,8 @@ class Environment:
         cv2.resize(obs, (self._w, self._h), dst=dst, interpolation=self._interp)
 
     def _vector_into(self, obs) -> None:
-        if self._onehot:
-            self._buf.fill(0.0)
-            self._buf[int(obs)] = 1.0
-        else:
-            self._buf[:] = obs
+        """Spaces other than a flat Box are flattened or one-hot encoded (see VectorEncoder)."""
+        self._encoder.encode(obs)
 
     # ----------------------------------------------------------------------------------------------------- API
     def reset(self) -> np.ndarray:

@@ -6,12 +6,15 @@ Imported by agent processes: numpy, gymnasium and ale_py only (no torch).
 from __future__ import annotations
 
 import difflib
+import importlib
+import pkgutil
 import re
 from functools import lru_cache
 
 import ale_py
 import gymnasium as gym
 import numpy as np
+from gymnasium.envs.registration import load_env_creator
 
 from ga3c.errors import ConfigError
 
@@ -40,9 +43,13 @@ def _ale_games() -> tuple[str, ...]:
     return tuple(sorted(games))
 
 
-@lru_cache(maxsize=1)
 def _known_names() -> tuple[str, ...]:
     """Every id the user may type: the registry's keys plus the original's Atari ids we map."""
+    return _known_names_of(len(gym.envs.registry))  # a module imported for a 'module:EnvId' adds ids
+
+
+@lru_cache(maxsize=1)
+def _known_names_of(registry_size: int) -> tuple[str, ...]:
     names = set(gym.envs.registry.keys())
     for game in _ale_games():
         for kind in ('', 'Deterministic', 'NoFrameskip'):
@@ -74,8 +81,9 @@ def _ale_kwargs(cfg, obs_type: str = 'grayscale') -> dict:
     }
 
 
-def _suggestions(game_id: str, n: int = 3) -> list[str]:
-    """Closest known ids, comparing case-insensitively and also without the 'ALE/' namespace."""
+def _suggestions(game_id: str, n: int = 3, names: tuple[str, ...] | None = None) -> list[str]:
+    """Closest known ids (or closest of `names`), comparing case-insensitively and also without the 'ALE/'
+    namespace."""
     query = game_id.lower()
     query_bare = query.split('/', 1)[-1]
     scored = []
@@ -83,7 +91,7 @@ def _suggestions(game_id: str, n: int = 3) -> list[str]:
     matcher.set_seq2(query)
     bare_matcher = difflib.SequenceMatcher(autojunk=False)
     bare_matcher.set_seq2(query_bare)
-    for name in _known_names():
+    for name in _known_names() if names is None else names:
         low = name.lower()
         matcher.set_seq1(low)
         score = matcher.ratio()
@@ -98,18 +106,86 @@ def _suggestions(game_id: str, n: int = 3) -> list[str]:
     return [name for _, name in scored[:n]]
 
 
+def _did_you_mean(close: list[str]) -> str:
+    """'did you mean 'a'? (or 'b', 'c') ', or '' when nothing is close."""
+    if not close:
+        return ''
+    hint = f'did you mean {close[0]!r}?'
+    if len(close) > 1:
+        hint += ' (or ' + ', '.join(repr(c) for c in close[1:]) + ')'
+    return hint + ' '
+
+
+def _entry_module(spec) -> str:
+    """The module an id's entry point lives in ('popgym.envs.repeat_previous' for 'popgym....:RepeatPrevious')."""
+    entry = spec.entry_point
+    if isinstance(entry, str):
+        return entry.split(':', 1)[0]
+    return getattr(entry, '__module__', '') or ''
+
+
+def _import_env_module(game_id: str, module: str) -> None:
+    """Imports the module of a 'module:EnvId' game id (which registers its ids); a ConfigError when it cannot."""
+    try:
+        importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        missing = exc.name or module
+        if missing == module or module.startswith(missing + '.'):
+            top = module.split('.', 1)[0]
+            close = difflib.get_close_matches(top, sorted({m.name for m in pkgutil.iter_modules()}), n=3)
+            raise ConfigError(
+                f'ATARI_GAME={game_id!r}: there is no module {module!r}; {_did_you_mean(close)}install the package '
+                f'that provides it (pip install {top}) or check the name before the colon') from None
+        raise ConfigError(f'ATARI_GAME={game_id!r}: importing module {module!r} failed, it needs {missing!r}: '
+                          f'install it (pip install {missing.split(".", 1)[0]})') from None
+    except Exception as exc:  # noqa: BLE001 - whatever a third-party module raises on import, said in one line
+        reason = (str(exc).strip().splitlines() or [''])[0]
+        raise ConfigError(f'ATARI_GAME={game_id!r}: importing module {module!r} failed ({type(exc).__name__}: '
+                          f'{reason}); fix or reinstall that package') from None
+
+
+def _split_module_id(game_id: str) -> tuple[str, str]:
+    """(module, EnvId) of a 'module:EnvId' game id, after importing the module (gymnasium's form of gym.make)."""
+    module, _, env_id = (part.strip() for part in game_id.partition(':'))
+    if not module or not env_id:
+        raise ConfigError(f'ATARI_GAME={game_id!r}: the module:EnvId form needs both parts, e.g. '
+                          'popgym:popgym-RepeatPreviousEasy-v0')
+    _import_env_module(game_id, module)
+    return module, env_id
+
+
+def _unknown_module_id(game_id: str, module: str, env_id: str) -> ConfigError:
+    """The error for an EnvId its module did not register: the closest of the ids the module's package registers."""
+    top = module.split('.', 1)[0]
+    own = tuple(sorted(k for k, spec in gym.envs.registry.items() if _entry_module(spec).split('.', 1)[0] == top))
+    close = _suggestions(env_id, names=own or None)
+    if close:
+        hint = _did_you_mean(close)
+    elif own:
+        hint = f'it registers {len(own)} ids such as {own[0]!r}; '
+    else:
+        hint = 'it registers no id; '
+    return ConfigError(f'ATARI_GAME={game_id!r}: module {module!r} registers no {env_id!r}; {hint}'
+                       'check the id after the colon')
+
+
 def resolve_game_id(game_id: str, cfg) -> tuple[str, dict, str | None]:
     """Map a game id to (gymnasium id, kwargs for gym.make, a note to log or None), without creating the env.
 
     The original's Atari ids (PongDeterministic-v0, BreakoutDeterministic-v4, PongNoFrameskip-v4, Pong-v0, ...) map
     to ALE/<Game>-v5. Every ALE game gets frameskip=cfg.FRAMESKIP, repeat_action_probability=
     cfg.REPEAT_ACTION_PROBABILITY, obs_type='grayscale' ('ram' for the old '-ram' ids) and the minimal action set.
-    Other gymnasium ids pass through with no kwargs. An unknown id raises ConfigError naming the closest ids.
+    Other gymnasium ids pass through with no kwargs. gymnasium's 'module:EnvId' form imports the module first (in
+    every process that resolves the id, so spawned agents register the env too) and resolves to EnvId. An unknown id
+    raises ConfigError naming the closest ids.
     """
     if not isinstance(game_id, str) or not game_id.strip():
         raise ConfigError(f'ATARI_GAME must be a gymnasium id such as ALE/Pong-v5, got {game_id!r}')
     game_id = game_id.strip()
     registry = gym.envs.registry
+    given, module = game_id, None
+    if ':' in game_id:
+        module, game_id = _split_module_id(game_id)
 
     m = _LEGACY_ID.match(game_id)
     if m and m.group('game') in _ale_games():
@@ -132,16 +208,23 @@ def resolve_game_id(game_id: str, cfg) -> tuple[str, dict, str | None]:
             return game_id, _ale_kwargs(cfg), None
         return game_id, {}, None
 
-    close = _suggestions(game_id)
-    hint = ''
-    if close:
-        hint = f'did you mean {close[0]!r}?'
-        if len(close) > 1:
-            hint += ' (or ' + ', '.join(repr(c) for c in close[1:]) + ')'
-        hint += ' '
+    if module is not None:
+        raise _unknown_module_id(given, module, game_id)
     raise ConfigError(
-        f'unknown game {game_id!r}; {hint}ATARI_GAME takes any gymnasium id (ALE/Pong-v5, CartPole-v1, ...) '
-        'or one of the original GA3C ids (PongDeterministic-v0, BreakoutDeterministic-v4, ...)')
+        f'unknown game {game_id!r}; {_did_you_mean(_suggestions(game_id))}ATARI_GAME takes any gymnasium id '
+        '(ALE/Pong-v5, CartPole-v1, ...), module:EnvId to import the module that registers it '
+        '(popgym:popgym-RepeatPreviousEasy-v0) or one of the original GA3C ids (PongDeterministic-v0, ...)')
+
+
+def _render_modes(spec) -> tuple[str, ...] | None:
+    """The render modes an id's env class declares (metadata['render_modes']), or None when it declares none."""
+    try:
+        creator = spec.entry_point if callable(spec.entry_point) else load_env_creator(spec.entry_point)
+    except Exception:  # noqa: BLE001 - gym.make reports an entry point that cannot load, in its own words
+        return None
+    metadata = getattr(creator, 'metadata', None)
+    modes = metadata.get('render_modes') if isinstance(metadata, dict) else None
+    return None if modes is None else tuple(modes)
 
 
 class GameManager:
@@ -152,13 +235,21 @@ class GameManager:
         self.gym_id, kwargs, self.note = resolve_game_id(game_id, cfg)
         self.is_ale = _is_ale_spec(gym.envs.registry[self.gym_id])
         self.frameskip = int(kwargs.get('frameskip', 1))
+        spec = gym.envs.registry[self.gym_id]
+        modes = _render_modes(spec)
+        self.render_problem = None  # why render() cannot give the frame asked for
+        if render_mode is not None and modes is not None and render_mode not in modes:
+            self.render_problem = f'it has no {render_mode!r} render mode; its render modes: {list(modes) or "none"}'
+            render_mode = None
         self.render_mode = render_mode
-        self.env = gym.make(self.gym_id, render_mode=render_mode, **kwargs)
+        if render_mode is not None:  # only when asked: some constructors take no render_mode (popgym's)
+            kwargs['render_mode'] = render_mode
+        self.env = gym.make(self.gym_id, **kwargs)
         self._seed = None if seed is None else int(seed)
         self._seeded = False
-        shape = self.env.observation_space.shape
-        self._is_image = isinstance(self.env.observation_space, gym.spaces.Box) and shape is not None \
-            and len(shape) in (2, 3)
+        space = self.env.observation_space
+        # Images are bytes; a Box of floats with several dimensions is a vector to flatten.
+        self._is_image = isinstance(space, gym.spaces.Box) and space.dtype == np.uint8 and len(space.shape) in (2, 3)
 
     def reset(self) -> np.ndarray:
         """Start an episode; the first call seeds the env (costly, ~85 ms), later ones do not."""
@@ -176,7 +267,10 @@ class GameManager:
         return obs, float(reward), bool(terminated), bool(truncated)
 
     def render(self) -> np.ndarray | None:
-        """The current RGB frame when render_mode='rgb_array' (None otherwise)."""
+        """The current RGB frame when made with render_mode='rgb_array' (None when made without a render mode);
+        a ConfigError saying why when rgb_array was asked for but the env has no such mode."""
+        if self.render_problem is not None:
+            raise ConfigError(self.render_problem)
         if self.render_mode != 'rgb_array':
             return None
         return self.env.render()

@@ -224,9 +224,11 @@ class Player:
         except Exception as exc:  # gymnasium's DependencyNotInstalled (pygame) and the like
             reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             if self.cfg.VIDEO_PATH:
+                # A ConfigError: the game has no screen at all (no rgb_array render mode), nothing to install.
+                fix = "leave VIDEO_PATH empty" if isinstance(exc, ConfigError) else \
+                    "install what it names, or leave VIDEO_PATH empty"
                 raise ConfigError(f"{self.cfg.ATARI_GAME}'s screen cannot be rendered here ({reason}), so "
-                                  f"VIDEO_PATH cannot be recorded: install what it names, or leave VIDEO_PATH "
-                                  f"empty") from None
+                                  f"VIDEO_PATH cannot be recorded: {fix}") from None
             log.warning("%s's screen cannot be rendered here (%s): playing without a video or window",
                         self.cfg.ATARI_GAME, reason)
             screen.close()

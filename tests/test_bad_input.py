@@ -47,6 +47,11 @@ def make_checkpoints(root: Path) -> dict[str, Path]:
 CASES: dict[str, tuple[list[str], str]] = {
     # name: (arguments, a regular expression the error line must match)
     "unknown-game": (["ATARI_GAME=NoSuchGame-v4", "DEVICE=cpu"], r"NoSuchGame-v4"),
+    "game-module-missing": (["ATARI_GAME=popgymm:popgym-RepeatPreviousEasy-v0", "DEVICE=cpu"],
+                            r"there is no module 'popgymm'; did you mean 'popgym'\? .*pip install popgymm"),
+    "game-module-id-missing": (["ATARI_GAME=popgym:popgym-RepeatPrevousEasy-v0", "DEVICE=cpu"],
+                               r"module 'popgym' registers no 'popgym-RepeatPrevousEasy-v0'; did you mean "
+                               r"'popgym-RepeatPreviousEasy-v0'\?"),
     "checkpoint-folder-missing": ([*CARTPOLE, "LOAD_CHECKPOINT=True", "CHECKPOINT_DIR=nowhere"],
                                   r"no checkpoint in 'nowhere/'"),
     "checkpoint-folder-empty": ([*CARTPOLE, "LOAD_CHECKPOINT=True", "CHECKPOINT_DIR={empty}"], r"no checkpoint in"),
