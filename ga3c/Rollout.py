@@ -108,10 +108,12 @@ class Rollout:
             self.next_state[1][:] = self.state[1]
         return True
 
-    def restore_next_state(self) -> None:
-        """Puts back the state the next rollout starts from (a caller that predicts its first step again)."""
-        self.state[0][:] = self.next_state[0]
-        self.state[1][:] = self.next_state[1]
+    def restore_start_state(self) -> None:
+        """Puts back the state this rollout started from, before its first step is predicted again (a Ray group
+        whose bootstrap prediction, which advanced the state, was made with weights it has since replaced)."""
+        assert self.t == 0, "only before the rollout's first step"
+        self.state[0][:] = self.start_state[0]
+        self.state[1][:] = self.start_state[1]
 
     def take(self, bootstrap: np.ndarray) -> dict[str, np.ndarray]:
         """The rollout's first t steps (views, valid until the next act) with their n-step returns bootstrapped

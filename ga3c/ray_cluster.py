@@ -107,7 +107,7 @@ class AgentGroup:
             self.cached = None
             return policy, value
         if first and self.state is not None:
-            self.roll.restore_next_state()  # the bootstrap prediction advanced it with the old weights
+            self.roll.restore_start_state()  # the bootstrap prediction advanced it with the old weights
         torch = self.torch
         if self.state is None:
             policy, value = self.net.predict(torch.from_numpy(self.obs))

@@ -278,3 +278,35 @@ def test_trainer_unroll_gives_the_predictor_outputs(played, variant):
     atol = 1e-5 if cfg.PRECISION == "fp32" else BF16_ATOL
     np.testing.assert_allclose(policy.numpy(), expected, atol=atol, rtol=0)
     np.testing.assert_allclose(values.float().numpy(), expected_v, atol=atol, rtol=0)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+def test_ray_agent_group_carries_the_state():
+    """A Ray agent group (in-process) acting with a CPU copy of an LSTM policy: each rollout's stored start state,
+    unrolled over its steps, reproduces the log-probabilities the group acted with; the next rollout starts from
+    the state the last one ended in, also when new weights arrive between them."""
+    from ga3c.ray_cluster import AgentGroup
+
+    cfg = lstm_cfg("CLUSTER_ENVS_PER_GROUP=3", f"TIME_MAX={TMAX}", "SEED=3")
+    group = AgentGroup(cfg, group_id=0, generation=1, state_shape=(4,), num_actions=2)
+    nets = [NetworkVP(lstm_cfg(f"SEED={seed}"), (4,), 2, CPU) for seed in (0, 1)]
+    weights = [{k: v.numpy() for k, v in n.get_state()["model"].items()} for n in nets]
+    outs = [(nets[0], group.rollout(weights[0], 1)), (nets[0], group.rollout())]
+    outs.append((nets[1], group.rollout(weights[1], 2)))
+    np.testing.assert_array_equal(outs[0][1]["h0"], 0.0)
+    boundaries = 0
+    for i, (net, out) in enumerate(outs):
+        x = torch.from_numpy(out["states"][:TMAX].reshape(-1, 4).copy())
+        notdone = torch.from_numpy(1.0 - (out["done"] | out["truncated"]).astype(np.float32))
+        boundaries += int(notdone[:-1].eq(0).sum())
+        with torch.no_grad():
+            logits, _, (h, c) = net.forward(x, state=(torch.from_numpy(out["h0"]), torch.from_numpy(out["c0"])),
+                                            notdone=notdone)
+        pi, _ = net._policy(logits)
+        logp = torch.log(pi.gather(1, torch.from_numpy(out["actions"]).view(-1, 1)) + 1e-20).view(TMAX, 3)
+        np.testing.assert_allclose(logp.numpy(), out["logp"], atol=1e-5, rtol=0, err_msg=f"rollout {i}")
+        if i + 1 < len(outs):  # the state after this rollout (masked) is where the next one starts
+            np.testing.assert_allclose(outs[i + 1][1]["h0"], h.numpy(), atol=1e-6, rtol=0)
+            np.testing.assert_allclose(outs[i + 1][1]["c0"], c.numpy(), atol=1e-6, rtol=0)
+    assert boundaries > 0
+    group.close()
