@@ -3,8 +3,8 @@ with `weights_only=True`, and checked against the run that loads them.
 
 A checkpoint is `<CHECKPOINT_DIR>/<NETWORK_NAME>_<episode:08d>.pt`, a torch file holding a plain dict:
     format='ga3c-checkpoint', format_version=1, name, episode, counters, network, settings, meta
-`meta` holds what must match to resume or play: game, state_shape, num_actions, network ('cnn'/'mlp')
-(see `make_meta`).
+`meta` holds what must match to resume or play: game, state_shape, num_actions, network ('cnn'/'mlp', with
+'-lstm' appended for NETWORK_TYPE='lstm'; see `make_meta`).
 """
 
 from __future__ import annotations

@@ -9,7 +9,8 @@ guideline, and would add a network round trip to every step. A rollout comes bac
 object store: states uint8 [T+1, E, ...] (the bootstrap state included), actions, n-step returns bootstrapped
 with V as ProcessAgent computes them, clipped rewards, terminal and time-limit flags, the acting policy's
 log-probabilities (log(pi(a) + 1e-20), as ProcessAgent) and the version of the weights that acted, plus the episodes
-it finished.
+it finished. The acting loop is `ga3c/Rollout.py`'s, the agent processes' own. With the LSTM network the group
+carries its environments' recurrent state itself, and each rollout brings the state it started from (h0, c0).
 
 `ThreadRayAgents`, a thread in the main process, keeps PIPELINE_DEPTH rollout calls queued on every group,
 `ray.wait`s on them, and writes each rollout into experience slots exactly as an agent process does: a free slot
