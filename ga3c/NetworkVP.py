@@ -4,7 +4,10 @@ Image states (uint8, C x H x W): the original's network, conv 16 8x8/4 -> conv 3
 logits and value, with TensorFlow's 'SAME' padding (which is what makes it ~1.0M parameters for Pong) and its
 initialisation (every weight and bias uniform in +-1/sqrt(fan_in)). Vector states (float32, D): an MLP with two
 tanh layers of MLP_HIDDEN_SIZE (tanh, as the classic on-policy baselines use for CartPole-like tasks: bounded,
-smooth features that do not die on unnormalised inputs) -> the same heads.
+smooth features that do not die on unnormalised inputs) -> the same heads. With NETWORK_TYPE='lstm' (A3C-LSTM) an
+LSTM of LSTM_SIZE sits between the features and the heads; predict() runs one step from the given state (h, c)
+and returns the next one, forward() unrolls a time-major block from a state with not-done masks, and train()
+unrolls the blocks it is given (truncated back-propagation through each).
 
 Losses are the original's, SUMS over the batch:
     value   0.5 * sum((R - V)^2)

@@ -3,8 +3,11 @@
 Each step it writes its states into its shared observation slot, asks a predictor for (policy, value) by
 writing its id into the request pipe, waits for one byte on its own reply pipe, samples the actions, and
 steps. Every TIME_MAX steps the next prediction's values bootstrap the n-step returns of the rollout, which
-goes to the trainers through a shared experience slot. When told to stop, it sends the partial rollout it
-holds (so no experience is lost or duplicated) and exits without waiting for the episode to end.
+goes to the trainers through a shared experience slot. The acting itself is `ga3c/Rollout.py`'s (the Ray agent
+groups use it too); with the LSTM network the environments' recurrent state is the agent's shared (h, c) rows,
+which the predictor advances and the agent zeroes when an environment resets. When told to stop, it sends the
+partial rollout it holds (so no experience is lost or duplicated) and exits without waiting for the episode to
+end.
 
 It may also die at any moment (killed, or its environment raises): it notes in shared memory the experience slot
 it is filling, so that the server gives the slot back, and it writes each finished episode into the episode pipe
