@@ -99,8 +99,8 @@ def test_lstm_network_shape_and_kind():
     heads = 256 * 6 + 6 + 256 + 1
     assert net.num_parameters() == conv + dense + lstm + heads
     assert net.kind == network_kind(cfg, (4, 84, 84)) == "cnn-lstm"
-    forget = net.model.lstm.bias[256:512]
-    assert torch.equal(forget, torch.ones(256)) and float(net.model.lstm.bias[:256].abs().max()) == 0.0
+    forget = net.model.lstm.bias.detach()[256:512]
+    assert torch.equal(forget, torch.ones(256)) and float(net.model.lstm.bias.detach()[:256].abs().max()) == 0.0
     p, v, (h, c) = net.predict(torch.zeros(2, 4, 84, 84, dtype=torch.uint8))  # no state: zeros
     assert p.shape == (2, 6) and v.shape == (2,) and h.shape == c.shape == (2, 256)
 
