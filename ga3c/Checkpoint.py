@@ -3,8 +3,8 @@ name), loaded with `weights_only=True`, and checked against the run that loads t
 
 A checkpoint is `<CHECKPOINT_DIR>/<NETWORK_NAME>_<episode:08d>.pt`, a torch file holding a plain dict:
     format='ga3c-checkpoint', format_version=1, name, episode, counters, network, settings, meta
-`meta` holds what must match to resume or play: game, state_shape, num_actions, network ('cnn'/'mlp')
-(see `make_meta`).
+`meta` holds what must match to resume or play: game, state_shape, num_actions, network ('cnn'/'mlp', with
+'-lstm' appended for NETWORK_TYPE='lstm'; see `make_meta`).
 """
 
 from __future__ import annotations
@@ -176,6 +176,9 @@ def check_compatible(ckpt: dict, meta: dict) -> None:
             got = tuple(int(s) for s in got) if got is not None else None
         if want != got:
             diffs.append(f"{key} {got!r} (this run: {want!r})")
+            if key == 'network' and str(got).endswith('-lstm') != str(want).endswith('-lstm'):
+                diffs[-1] += f" [NETWORK_TYPE={'lstm' if str(got).endswith('-lstm') else 'feedforward'!r} builds it]"
+
     if diffs:
         where = ckpt.get('path', 'the checkpoint')
         raise CheckpointError(f"'{where}' was made for another run: {'; '.join(diffs)}: load a checkpoint of this "

@@ -140,6 +140,12 @@ class Config:
     MAX_POLICY_LAG = 0
     # (new) Width of the hidden layers of the MLP used for vector observations (CartPole, Acrobot, ...)
     MLP_HIDDEN_SIZE = 128
+    # (new) Kind of network: 'feedforward' (the original's) or 'lstm' (A3C-LSTM: the same layers, then an LSTM
+    # of LSTM_SIZE before the policy and value heads; the recurrent state of every environment lives in shared
+    # memory beside its observation, and trainers unroll each rollout from the state it started from)
+    NETWORK_TYPE = 'feedforward'
+    # (new) Width of the LSTM's state (h and c) with NETWORK_TYPE='lstm'
+    LSTM_SIZE = 256
 
     #########################################################################
     # Log and save

@@ -4,7 +4,10 @@ Image states (uint8, C x H x W): the original's network, conv 16 8x8/4 -> conv 3
 logits and value, with TensorFlow's 'SAME' padding (which is what makes it ~1.0M parameters for Pong) and its
 initialisation (every weight and bias uniform in +-1/sqrt(fan_in)). Vector states (float32, D): an MLP with two
 tanh layers of MLP_HIDDEN_SIZE (tanh, as the classic on-policy baselines use for CartPole-like tasks: bounded,
-smooth features that do not die on unnormalised inputs) -> the same heads.
+smooth features that do not die on unnormalised inputs) -> the same heads. With NETWORK_TYPE='lstm' (A3C-LSTM) an
+LSTM of LSTM_SIZE sits between the features and the heads; predict() runs one step from the given state (h, c)
+and returns the next one, forward() unrolls a time-major block from a state with not-done masks, and train()
+unrolls the blocks it is given (truncated back-propagation through each).
 
 Losses are the original's, SUMS over the batch:
     value   0.5 * sum((R - V)^2)
@@ -76,6 +79,13 @@ def resolve_device(name: str) -> torch.device:
     return torch.device('cuda', index)
 
 
+def network_kind(cfg, state_shape) -> str:
+    """The network NetworkVP builds for these settings and states, as checkpoints record it: 'cnn' or 'mlp',
+    with '-lstm' appended for NETWORK_TYPE='lstm'."""
+    kind = 'cnn' if len(state_shape) == 3 else 'mlp'
+    return kind + '-lstm' if cfg.NETWORK_TYPE == 'lstm' else kind
+
+
 def _same_padding(size: int, kernel: int, stride: int) -> tuple[int, int, int]:
     """TensorFlow's 'SAME' padding: (output size, padding before, padding after)."""
     out = -(-size // stride)
@@ -99,13 +109,46 @@ def global_norm(grads: list[torch.Tensor]) -> torch.Tensor:
     return torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
 
 
-class _CNN(nn.Module):
+class _Body(nn.Module):
+    """Parameter holder of a network: features (the subclass's), an optional LSTM, the policy and value heads.
+
+    The forward pass is functional (`forward_with` on a list of parameters in registration order), so that a
+    trainer can run it on its private copy of the parameters."""
+
+    kind = ''
+    body_params = 0
+
+    def forward_with(self, ps: list[torch.Tensor], x: torch.Tensor, state=None, notdone=None):
+        """(logits, values) of x; with a recurrent network, (logits, values, next state) of x [T * B, ...] unrolled
+        from `state` (h, c) [B, H] (see `lstm_unroll`)."""
+        n = self.body_params
+        x = self.features(ps[:n], x)
+        if self.recurrent:
+            x, state = lstm_unroll(x, state, notdone, *ps[n:n + 3])
+        pw, pb, vw, vb = ps[-4:]
+        logits, values = F.linear(x, pw, pb), F.linear(x, vw, vb).squeeze(1)
+        return (logits, values, state) if self.recurrent else (logits, values)
+
+
+def _heads(model: _Body, features: int, num_actions: int, recurrent: int) -> None:
+    """Adds the optional LSTM (features -> recurrent) and the policy and value heads to `model`."""
+    model.recurrent = recurrent
+    if recurrent:
+        model.lstm = _LSTM(features, recurrent)
+        model.kind = model.kind + '-lstm'
+        features = recurrent
+    model.policy = nn.Linear(features, num_actions)
+    model.value = nn.Linear(features, 1)
+
+
+class _CNN(_Body):
     """Parameter holder of the original's network; the forward pass is functional (`forward_with`), so that a
     trainer can run it on its private copy of the parameters."""
 
     kind = 'cnn'
+    body_params = 6  # conv1, conv2, fc (weights and biases)
 
-    def __init__(self, state_shape: tuple, num_actions: int):
+    def __init__(self, state_shape: tuple, num_actions: int, recurrent: int = 0):
         super().__init__()
         c, h, w = state_shape
         self.conv1 = nn.Conv2d(c, 16, 8, stride=4)
@@ -116,8 +159,7 @@ class _CNN(nn.Module):
         w2, *pad2w = _same_padding(w1, 4, 2)
         self.pads = [(pad1h, pad1w), (pad2h, pad2w)]
         self.fc = nn.Linear(32 * h2 * w2, 256)
-        self.policy = nn.Linear(256, num_actions)
-        self.value = nn.Linear(256, 1)
+        _heads(self, 256, num_actions, recurrent)
 
     @staticmethod
     def _conv(x, w, b, stride, pad):
@@ -126,8 +168,8 @@ class _CNN(nn.Module):
             return F.conv2d(x, w, b, stride=stride, padding=(top, left))
         return F.conv2d(F.pad(x, (left, right, top, bottom)), w, b, stride=stride)
 
-    def forward_with(self, ps: list[torch.Tensor], x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        c1w, c1b, c2w, c2b, fw, fb, pw, pb, vw, vb = ps
+    def features(self, ps: list[torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+        c1w, c1b, c2w, c2b, fw, fb = ps
         # The input stays NCHW: re-laying out 4 uint8 channels costs more than conv1 gains from channels_last
         # (measured on CPU: 10 us/sample); conv1's output (16 channels) goes channels_last for the rest, before
         # the ReLU, so that the ReLU's backward sees one layout (mixed layouts cost 4 ms a batch of 160).
@@ -137,25 +179,69 @@ class _CNN(nn.Module):
         x = F.relu(self._conv(x, c2w, c2b, 2, self.pads[1]))
         # NHWC order (TensorFlow's): a free view of a channels_last tensor
         x = x.permute(0, 2, 3, 1).reshape(x.shape[0], -1)
-        x = F.relu(F.linear(x, fw, fb))
-        return F.linear(x, pw, pb), F.linear(x, vw, vb).squeeze(1)
+        return F.relu(F.linear(x, fw, fb))
 
 
-class _MLP(nn.Module):
+class _MLP(_Body):
     kind = 'mlp'
+    body_params = 4  # fc1, fc2 (weights and biases)
 
-    def __init__(self, state_shape: tuple, num_actions: int, hidden: int):
+    def __init__(self, state_shape: tuple, num_actions: int, hidden: int, recurrent: int = 0):
         super().__init__()
         self.fc1 = nn.Linear(state_shape[0], hidden)
         self.fc2 = nn.Linear(hidden, hidden)
-        self.policy = nn.Linear(hidden, num_actions)
-        self.value = nn.Linear(hidden, 1)
+        _heads(self, hidden, num_actions, recurrent)
 
-    def forward_with(self, ps: list[torch.Tensor], x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        w1, b1, w2, b2, pw, pb, vw, vb = ps
+    def features(self, ps: list[torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+        w1, b1, w2, b2 = ps
         x = torch.tanh(F.linear(x.float(), w1, b1))
-        x = torch.tanh(F.linear(x, w2, b2))
-        return F.linear(x, pw, pb), F.linear(x, vw, vb).squeeze(1)
+        return torch.tanh(F.linear(x, w2, b2))
+
+
+class _LSTM(nn.Module):
+    """The parameters of an LSTM layer (A3C-LSTM's: the features -> LSTM_SIZE), gates in the order i, f, g, o.
+
+    Initialised as the rest, uniform in +-1/sqrt(fan_in) with fan_in = features + LSTM_SIZE (the [x, h] input of
+    TensorFlow's LSTM cell), biases zero but the forget gate's, which starts at 1 (TensorFlow's forget_bias)."""
+
+    def __init__(self, features: int, size: int):
+        super().__init__()
+        self.size = size
+        self.w_ih = nn.Parameter(torch.empty(4 * size, features))
+        self.w_hh = nn.Parameter(torch.empty(4 * size, size))
+        self.bias = nn.Parameter(torch.empty(4 * size))
+
+    def init_(self, gen: torch.Generator) -> None:
+        bound = 1.0 / math.sqrt(self.w_ih.shape[1] + self.size)
+        self.w_ih.uniform_(-bound, bound, generator=gen)
+        self.w_hh.uniform_(-bound, bound, generator=gen)
+        self.bias.zero_()
+        self.bias[self.size:2 * self.size] = 1.0
+
+
+def lstm_unroll(x: torch.Tensor, state: tuple[torch.Tensor, torch.Tensor], notdone: torch.Tensor | None,
+                w_ih: torch.Tensor, w_hh: torch.Tensor, bias: torch.Tensor):
+    """Runs the LSTM over T steps of B sequences, time-major: x [T * B, F], state (h, c) [B, H] (float32).
+
+    notdone [T, B] (optional): 0 after a step that ended an episode (terminal or cut by a time limit): the state
+    is zeroed after that step, so the next step starts an episode from zero, as the predictor's does. Returns
+    (the outputs h_t [T * B, H], the state after the last step, masked). The cell's arithmetic is float32 (the
+    matrix products follow autocast), so that the state written to shared memory loses nothing between steps."""
+    h, c = state
+    batch = h.shape[0]
+    steps = x.shape[0] // batch
+    gates_x = F.linear(x, w_ih, bias).view(steps, batch, -1)  # every step's input product at once
+    outs = []
+    for t in range(steps):
+        gates = (gates_x[t] + F.linear(h.to(gates_x.dtype), w_hh)).float()
+        i, f, g, o = gates.chunk(4, 1)
+        c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+        h = torch.sigmoid(o) * torch.tanh(c)
+        outs.append(h)
+        if notdone is not None:
+            mask = notdone[t].unsqueeze(1)
+            h, c = h * mask, c * mask
+    return torch.cat(outs), (h, c)
 
 
 def _clone_tree(obj, device=None):
@@ -176,10 +262,11 @@ class NetworkVP:
         self.state_shape = tuple(int(s) for s in state_shape)
         self.num_actions = int(num_actions)
         self.device = torch.device(device)
+        self.recurrent_size = int(cfg.LSTM_SIZE) if cfg.NETWORK_TYPE == 'lstm' else 0
         if len(self.state_shape) == 3:
-            model = _CNN(self.state_shape, self.num_actions)
+            model = _CNN(self.state_shape, self.num_actions, self.recurrent_size)
         elif len(self.state_shape) == 1:
-            model = _MLP(self.state_shape, self.num_actions, int(cfg.MLP_HIDDEN_SIZE))
+            model = _MLP(self.state_shape, self.num_actions, int(cfg.MLP_HIDDEN_SIZE), self.recurrent_size)
         else:
             raise ConfigError(f"state shape {self.state_shape}: the network takes images (C, H, W) or vectors (D,)")
         self.kind = model.kind
@@ -191,8 +278,10 @@ class NetworkVP:
                     bound = 1.0 / math.sqrt(mod.weight[0].numel())
                     mod.weight.uniform_(-bound, bound, generator=gen)
                     mod.bias.uniform_(-bound, bound, generator=gen)
+                elif isinstance(mod, _LSTM):
+                    mod.init_(gen)
         model.to(self.device)
-        if self.kind == 'cnn':
+        if isinstance(model, _CNN):
             model.conv2.to(memory_format=torch.channels_last)
         self.model = model
         self._params = list(model.parameters())
@@ -230,11 +319,25 @@ class NetworkVP:
     def _log_pi(self, pi: torch.Tensor, log_pi: torch.Tensor | None) -> torch.Tensor:
         return log_pi if log_pi is not None else torch.log(pi + self.log_epsilon)
 
-    def forward(self, states: torch.Tensor, params: list[torch.Tensor] | None = None):
-        """(logits, values) as computed (bf16 under autocast when PRECISION='bf16'); grad mode as the caller's."""
+    def forward(self, states: torch.Tensor, params: list[torch.Tensor] | None = None, state=None, notdone=None):
+        """(logits, values) as computed (bf16 under autocast when PRECISION='bf16'); grad mode as the caller's.
+        With the LSTM network, (logits, values, next state): states [T * B, ...] time-major, unrolled from
+        `state` (h, c) [B, LSTM_SIZE] (zeros when None) with the optional not-done masks [T, B]."""
         x = states.to(self.device, non_blocking=True)
+        if self.recurrent_size:
+            state = self._state(state, x.shape[0] if notdone is None else x.shape[0] // notdone.shape[0])
+            if notdone is not None:
+                notdone = notdone.to(self.device, torch.float32, non_blocking=True)
         with self._autocast():
+            if self.recurrent_size:
+                return self.model.forward_with(self._params if params is None else params, x, state, notdone)
             return self.model.forward_with(self._params if params is None else params, x)
+
+    def _state(self, state, batch: int) -> tuple[torch.Tensor, torch.Tensor]:
+        if state is None:
+            zeros = torch.zeros(batch, self.recurrent_size, device=self.device)
+            return zeros, zeros
+        return tuple(s.to(self.device, torch.float32, non_blocking=True) for s in state)
 
     def losses(self, logits: torch.Tensor, values: torch.Tensor, actions: torch.Tensor, returns: torch.Tensor,
                beta: float, advantages: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
@@ -256,19 +359,27 @@ class NetworkVP:
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self._params)
 
-    def predict(self, states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(policy probabilities [B, A], values [B]), float32 on the CPU."""
+    def predict(self, states: torch.Tensor, state=None):
+        """(policy probabilities [B, A], values [B]), float32 on the CPU. With the LSTM network, one step from
+        `state` (h, c) [B, LSTM_SIZE] (zeros when None), and the next state too: (policy, values, (h, c))."""
         with torch.inference_mode():
             if states.dim() == len(self.state_shape):
                 states = states.unsqueeze(0)
-            logits, values = self.forward(states)
-            pi, _ = self._policy(logits.float())
-            return pi.cpu(), values.float().cpu()
+            out = self.forward(states, state=state)
+            pi, _ = self._policy(out[0].float())
+            if self.recurrent_size:
+                h, c = out[2]
+                return pi.cpu(), out[1].float().cpu(), (h.cpu(), c.cpu())
+            return pi.cpu(), out[1].float().cpu()
 
     def train(self, states: torch.Tensor, actions: torch.Tensor, returns: torch.Tensor, lr: float, beta: float,
-              advantages: torch.Tensor | None = None) -> dict[str, float]:
+              advantages: torch.Tensor | None = None, sequences: list | None = None) -> dict[str, float]:
         """One training step on the batch; returns loss_policy, loss_value, loss_total, entropy (mean per
-        sample), grad_norm (before clipping), batch_size, value_mean, version (after this update)."""
+        sample), grad_norm (before clipping), batch_size, value_mean, version (after this update).
+
+        With the LSTM network, `sequences` lists the blocks the batch is made of, in order: (h0, c0, notdone),
+        a block of T steps of B sequences being T * B time-major states unrolled from (h0, c0) [B, LSTM_SIZE]
+        with the not-done masks [T, B] (truncated back-propagation through the block)."""
         batch = int(states.shape[0])
         if batch == 0:
             raise ValueError("NetworkVP.train: empty batch")
@@ -278,7 +389,7 @@ class NetworkVP:
             params = [p.detach().clone() for p in self._params]
         for p in params:
             p.requires_grad_(True)
-        logits, values = self.forward(states, params)
+        logits, values = self._forward_train(states, params, sequences)
         out = self.losses(logits, values, actions, returns, beta, advantages)
         loss_p, loss_v = out['loss_policy'], out['loss_value']
         if self.dual:
@@ -306,6 +417,23 @@ class NetworkVP:
                              out['value_mean'].detach()]).tolist()
         return dict(loss_policy=stats[0], loss_value=stats[1], loss_total=stats[0] + stats[1], entropy=stats[2],
                     grad_norm=stats[3], batch_size=float(batch), value_mean=stats[4], version=float(version))
+
+    def _forward_train(self, states, params, sequences):
+        if not self.recurrent_size:
+            return self.forward(states, params)
+        if not sequences:
+            raise ValueError("NetworkVP.train: the LSTM network trains on sequences (h0, c0, notdone)")
+        parts, first = [], 0
+        for h0, c0, notdone in sequences:
+            size = notdone.shape[0] * notdone.shape[1]
+            logits, values, _ = self.forward(states[first:first + size], params, (h0, c0), notdone)
+            parts.append((logits, values))
+            first += size
+        if first != states.shape[0]:
+            raise ValueError(f"NetworkVP.train: the sequences hold {first} states, the batch {states.shape[0]}")
+        if len(parts) == 1:
+            return parts[0]
+        return tuple(torch.cat(p) for p in zip(*parts, strict=True))
 
     def get_state(self) -> dict:
         """Model, optimizer(s) and version, copied to the CPU (plain dicts, lists, tensors, numbers, strings)."""

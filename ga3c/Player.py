@@ -35,7 +35,7 @@ from ga3c.Checkpoint import check_compatible, find_checkpoint, load_checkpoint, 
 from ga3c.Environment import Environment
 from ga3c.errors import CheckpointError, ConfigError
 from ga3c.GameManager import resolve_game_id
-from ga3c.NetworkVP import NetworkVP, resolve_device
+from ga3c.NetworkVP import NetworkVP, network_kind, resolve_device
 from ga3c.settings import config_from_dict
 
 log = logging.getLogger("ga3c")
@@ -45,7 +45,7 @@ WINDOW_NAME = "ga3c"
 WINDOW_TARGET_SIZE = 640  # the window scales the screen up by a whole factor to about this many pixels
 # Settings that shape the network or its input: play takes the checkpoint's, since no other value can load it.
 ADOPTED_SETTINGS = ("STACKED_FRAMES", "IMAGE_HEIGHT", "IMAGE_WIDTH", "RESIZE_INTERPOLATION", "FRAME_RESCALE",
-                    "MLP_HIDDEN_SIZE", "MIN_POLICY", "USE_LOG_SOFTMAX")
+                    "MLP_HIDDEN_SIZE", "MIN_POLICY", "USE_LOG_SOFTMAX", "NETWORK_TYPE", "LSTM_SIZE")
 # Settings of the game itself: the user's win (an evaluation may change them on purpose), with a warning.
 WARNED_SETTINGS = ("FRAMESKIP", "REPEAT_ACTION_PROBABILITY")
 
@@ -250,7 +250,7 @@ class Player:
         env = Environment(cfg, seed=int(cfg.SEED), render_mode="rgb_array")
         threads = torch.get_num_threads()
         try:
-            meta = make_meta(game_id, env.state_shape, env.num_actions, "cnn" if len(env.state_shape) == 3 else "mlp")
+            meta = make_meta(game_id, env.state_shape, env.num_actions, network_kind(cfg, env.state_shape))
             self._check(checkpoint, meta)
             device = resolve_device(cfg.DEVICE)
             # One state at a time: one thread is as fast as several, and far faster on a busy machine (no
@@ -290,15 +290,19 @@ class Player:
             for episode in range(1, cfg.PLAY_EPISODES + 1):
                 noops = int(noop_rng.integers(0, noop_max + 1)) if noop_max else 0
                 state = env.reset()
+                memory = None  # the LSTM's state: zero at an episode's start, carried through it
                 screen, frame = self._grab(env, screen)
                 if frame is not None:
                     screen.show(frame)
                 score, steps, done = 0.0, 0, False
                 while not done:
+                    if network.recurrent_size:  # every step, no-ops included: the state follows the game
+                        policy, _, memory = network.predict(torch.from_numpy(np.array(state)), memory)
+                    elif steps >= noops:
+                        policy, _ = network.predict(torch.from_numpy(np.array(state)))
                     if steps < noops:
                         action = 0
                     else:
-                        policy, _ = network.predict(torch.from_numpy(np.array(state)))
                         p = policy[0].double().numpy()
                         if cfg.PLAY_STOCHASTIC:
                             action = int(action_rng.choice(p.shape[0], p=p / p.sum()))

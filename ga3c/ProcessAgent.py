@@ -3,8 +3,11 @@
 Each step it writes its states into its shared observation slot, asks a predictor for (policy, value) by
 writing its id into the request pipe, waits for one byte on its own reply pipe, samples the actions, and
 steps. Every TIME_MAX steps the next prediction's values bootstrap the n-step returns of the rollout, which
-goes to the trainers through a shared experience slot. When told to stop, it sends the partial rollout it
-holds (so no experience is lost or duplicated) and exits without waiting for the episode to end.
+goes to the trainers through a shared experience slot. The acting itself is `ga3c/Rollout.py`'s (the Ray agent
+groups use it too); with the LSTM network the environments' recurrent state is the agent's shared (h, c) rows,
+which the predictor advances and the agent zeroes when an environment resets. When told to stop, it sends the
+partial rollout it holds (so no experience is lost or duplicated) and exits without waiting for the episode to
+end.
 
 It may also die at any moment (killed, or its environment raises): the read that takes an experience slot writes
 its index into shared memory, so that the server gives the slot back, and it writes each finished episode into
@@ -21,7 +24,7 @@ import numpy as np
 
 from ga3c import SharedBuffers as sb
 from ga3c.Environment import Environment
-from ga3c.Experience import clip_reward, n_step_returns
+from ga3c.Rollout import Rollout, write_slot
 
 
 class ProcessAgent:
@@ -68,28 +71,14 @@ class ProcessAgent:
         cfg, sh, me = self.cfg, self.shared, self.id
         if sh.stop[me]:  # told to stop while it was starting
             return
-        envs_n, tmax = cfg.ENVS_PER_AGENT, cfg.TIME_MAX
+        envs_n = cfg.ENVS_PER_AGENT
         seed0 = cfg.SEED + 1_000_003 * self.incarnation + me * envs_n
-        rng = np.random.default_rng(seed0)
         envs = [Environment(cfg, seed=seed0 + e) for e in range(envs_n)]
-        obs = sh.obs[me]
-        for e, env in enumerate(envs):
-            obs[e] = env.reset()
-
-        # local rollout buffers, [T, E]
-        states = np.empty((tmax + 1,) + obs.shape, dtype=obs.dtype)
-        actions = np.zeros((tmax, envs_n), dtype=np.int64)
-        rewards = np.zeros((tmax, envs_n), dtype=np.float32)
-        terminated = np.zeros((tmax, envs_n), dtype=bool)
-        truncated = np.zeros((tmax, envs_n), dtype=bool)
-        values = np.zeros((tmax, envs_n), dtype=np.float32)
-        logp = np.zeros((tmax, envs_n), dtype=np.float32)
-        versions = np.zeros((tmax, envs_n), dtype=np.int64)
-        ep_reward = np.zeros(envs_n, dtype=np.float64)
-        ep_length = np.zeros(envs_n, dtype=np.int64)
-        rows = np.arange(envs_n)
         times = sh.agent_time[me]
-        t = 0
+        state = (sh.h[me], sh.c[me]) if sh.layout.recurrent else None
+        rollout = Rollout(cfg, envs, sh.obs[me], np.random.default_rng(seed0), state,
+                          times[sb.A_T_ENV:sb.A_T_ENV + 1])
+        rollout.reset()
         clock = time.perf_counter
         loop_start = clock()
         try:
@@ -99,43 +88,15 @@ class ProcessAgent:
                     return
                 t1 = clock()
                 times[sb.A_T_PREDICT_WAIT] += t1 - t0
-                policy = sh.policy[me]
-                value = sh.value[me]
                 stopping = bool(sh.stop[me])
-                if t == tmax or (stopping and t > 0):
-                    if not self._send(t, states, obs, actions, rewards, terminated, truncated, values, logp,
-                                      versions, value):
+                if rollout.full or (stopping and rollout.t > 0):
+                    if not self._send(rollout.take(sh.value[me])):
                         return
-                    t = 0
                     times[sb.A_T_SEND] += clock() - t1
                 if stopping:
                     return
-                cum = np.cumsum(policy, axis=1)
-                u = rng.random(envs_n, dtype=np.float32) * cum[:, -1]
-                chosen = (cum < u[:, None]).sum(axis=1)
-                np.minimum(chosen, policy.shape[1] - 1, out=chosen)
-                states[t] = obs
-                actions[t] = chosen
-                values[t] = value
-                logp[t] = np.log(policy[rows, chosen] + 1e-20)
-                versions[t] = sh.version[me]
-                for e, env in enumerate(envs):
-                    t2 = clock()
-                    state, reward, term, trunc = env.step(int(chosen[e]))
-                    times[sb.A_T_ENV] += clock() - t2
-                    ep_reward[e] += reward
-                    ep_length[e] += 1
-                    rewards[t, e] = clip_reward(reward, cfg.REWARD_MIN, cfg.REWARD_MAX)
-                    terminated[t, e] = term
-                    truncated[t, e] = trunc and not term
-                    if term or trunc:
-                        if not self._episode(float(ep_reward[e]), int(ep_length[e])):
-                            return
-                        ep_reward[e] = 0.0
-                        ep_length[e] = 0
-                        state = env.reset()
-                    obs[e] = state
-                t += 1
+                if not rollout.act(sh.policy[me], sh.value[me], sh.version[me], self._episode):
+                    return
                 sh.agent_steps[me] += envs_n
         finally:
             times[sb.A_T_TOTAL] += clock() - loop_start
@@ -151,24 +112,14 @@ class ProcessAgent:
             return False
         return True
 
-    def _send(self, n, states, obs, actions, rewards, terminated, truncated, values, logp, versions,
-              bootstrap) -> bool:
-        """Writes the first n steps of the rollout into a free slot and announces it to the trainers."""
+    def _send(self, out: dict) -> bool:
+        """Writes a rollout (`Rollout.take`) into a free slot and announces it to the trainers."""
         s = self._free_slot()
         if s is None:
             return False
         sh = self.shared
-        returns = n_step_returns(rewards[:n], terminated[:n], truncated[:n], values[:n], bootstrap,
-                                 self.cfg.DISCOUNT)
-        sh.exp_states[s, :n] = states[:n]
-        sh.exp_states[s, n] = obs
-        sh.exp_actions[s, :n] = actions[:n]
-        sh.exp_returns[s, :n] = returns
-        sh.exp_rewards[s, :n] = rewards[:n]
-        sh.exp_done[s, :n] = terminated[:n]
-        sh.exp_truncated[s, :n] = truncated[:n]
-        sh.exp_logp[s, :n] = logp[:n]
-        sh.exp_version[s, :n] = versions[:n]
+        n = out["steps"]
+        write_slot(sh, s, slice(None), out, out["versions"])
         try:
             os.write(self.experience_fd, sb.EXPERIENCE.pack(self.id, s, n))
         except OSError:

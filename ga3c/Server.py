@@ -40,7 +40,7 @@ from ga3c.Checkpoint import TMP_SUFFIX, check_compatible, find_checkpoint, load_
 from ga3c.Environment import probe_environment
 from ga3c.errors import ConfigError
 from ga3c.GameManager import resolve_game_id
-from ga3c.NetworkVP import NetworkVP, resolve_device
+from ga3c.NetworkVP import NetworkVP, network_kind, resolve_device
 from ga3c.ProcessAgent import run_agent
 from ga3c.ProcessStats import EXIT_RESULTS_FAILED, run_stats
 from ga3c.settings import config_to_dict
@@ -148,7 +148,7 @@ class Server:
         check_writable(os.path.dirname(os.path.abspath(cfg.RESULTS_FILENAME)), "RESULTS_FILENAME's folder")
         state_shape, state_dtype, num_actions, is_atari = probe_environment(cfg)
         self.meta = {"game": self.game_id, "state_shape": list(state_shape), "num_actions": int(num_actions),
-                     "network": "cnn" if len(state_shape) == 3 else "mlp"}
+                     "network": network_kind(cfg, state_shape)}
         self.frames_per_step = cfg.FRAMESKIP if is_atari else 1
         self.ctx = mp.get_context("spawn")
 
@@ -174,7 +174,7 @@ class Server:
                  self.network.num_parameters(), self.device, cfg.PRECISION)
 
         layout = sb.Layout(cfg.MAX_AGENTS, cfg.MAX_QUEUE_SIZE, cfg.ENVS_PER_AGENT, cfg.TIME_MAX, tuple(state_shape),
-                           str(state_dtype), int(num_actions))
+                           str(state_dtype), int(num_actions), self.network.recurrent_size)
         self.shared = sb.SharedBuffers(self.ctx, layout)
         c = self.shared.counters
         c[sb.C_EPISODES] = c[sb.C_EPISODES_BASE] = counters["episodes"]

@@ -4,7 +4,8 @@ States and experience live in shared arrays; only small fixed-size records trave
 - prediction requests: one pipe shared by every agent; an agent writes its 4-byte id (atomic, below PIPE_BUF)
   after writing its states into its observation slot; a predictor reads up to a batch of ids in one read();
 - prediction replies: the predictor writes policy, value and model version into the agent's reply arrays, then
-  one byte into the agent's own reply pipe;
+  one byte into the agent's own reply pipe; with the LSTM network it also reads each environment's recurrent
+  state (h, c) beside its observation and writes the next one back in place (the agent zeroes it at a reset);
 - experience: MAX_QUEUE_SIZE rollout slots, handed over by index as in Sample Factory: an agent takes a free
   slot's 4-byte index from the free pipe (blocking: this bounds the rollouts waiting for the trainers, the
   original's MAX_QUEUE_SIZE), fills it, and writes a 12-byte record (agent, slot, steps) into the experience
@@ -101,12 +102,14 @@ class Layout:
     state_shape: tuple
     state_dtype: str
     num_actions: int
+    recurrent: int = 0  # width of the recurrent state (LSTM_SIZE with the LSTM network; 0: feed-forward)
 
     def nbytes(self) -> int:
         """Bytes of shared memory the layout needs."""
         item = np.dtype(self.state_dtype).itemsize * int(np.prod(self.state_shape))
-        per_agent = self.envs * item + self.envs * (self.num_actions + 1) * 4 + 36 + 8 * N_AGENT_TIMES
-        per_slot = (self.time_max + 1) * self.envs * item + self.time_max * self.envs * (8 + 4 * 3 + 8 + 2) + 8
+        hc = self.envs * self.recurrent * 4 * 2  # (h, c) in float32
+        per_agent = self.envs * item + self.envs * (self.num_actions + 1) * 4 + 36 + 8 * N_AGENT_TIMES + hc
+        per_slot = (self.time_max + 1) * self.envs * item + self.time_max * self.envs * (8 + 4 * 3 + 8 + 2) + 8 + hc
         return self.max_agents * per_agent + self.slots * per_slot + N_COUNTERS * 8
 
 
@@ -125,6 +128,7 @@ class SharedBuffers:
         "exp_states", "exp_actions", "exp_returns", "exp_rewards", "exp_done", "exp_truncated", "exp_logp",
         "exp_version",
         "counters",
+        "h", "c", "exp_h0", "exp_c0",
     )
 
     def __init__(self, ctx, layout: Layout) -> None:
@@ -137,6 +141,7 @@ class SharedBuffers:
                 f"{need / 2**20:.0f} MiB but /dev/shm has {free / 2**20:.0f} MiB free; lower MAX_AGENTS, "
                 f"ENVS_PER_AGENT, MAX_QUEUE_SIZE or TIME_MAX")
         a, e, t, s = layout.max_agents, layout.envs, layout.time_max, tuple(layout.state_shape)
+        r = layout.recurrent
         n = layout.slots
         shapes = {
             "obs": ((a, e) + s, layout.state_dtype),
@@ -159,6 +164,13 @@ class SharedBuffers:
             "exp_logp": ((n, t, e), np.float32),
             "exp_version": ((n, t, e), np.int64),
             "counters": ((N_COUNTERS,), np.float64),
+            # the recurrent state (LSTM) of every environment: the agent zeroes it when its environment resets, a
+            # predictor reads it with the observation and writes the next state back; empty when feed-forward
+            "h": ((a, e, r), np.float32),
+            "c": ((a, e, r), np.float32),
+            # the state a rollout's first step started from
+            "exp_h0": ((n, e, r), np.float32),
+            "exp_c0": ((n, e, r), np.float32),
         }
         self._raw = {}
         for name in self.NAMES:

@@ -3,7 +3,9 @@
 It waits for one request, then takes every request already queued, up to PREDICTION_BATCH_SIZE states, in one
 read of the request pipe; gathers those agents' states from shared memory into one (pinned, on a GPU) staging
 tensor; runs one forward pass; writes policy, value and the model version the pass started from into the agents'
-reply arrays; and wakes each agent with one byte on its reply pipe.
+reply arrays; and wakes each agent with one byte on its reply pipe. With the LSTM network it gathers each
+environment's state (h, c) with its observation, runs one step of the LSTM from it and writes the next state
+back in place.
 """
 
 from __future__ import annotations
@@ -38,8 +40,12 @@ class ThreadPredictor(threading.Thread):
         state_shape = tuple(sh.layout.state_shape)
         max_requests = max(1, srv.cfg.PREDICTION_BATCH_SIZE // envs)
         obs = torch.from_numpy(sh.obs)
-        staging = torch.empty((max_requests, envs) + state_shape, dtype=obs.dtype,
-                              pin_memory=srv.device.type == "cuda")
+        pin = srv.device.type == "cuda"
+        staging = torch.empty((max_requests, envs) + state_shape, dtype=obs.dtype, pin_memory=pin)
+        size = sh.layout.recurrent
+        if size:  # the LSTM's state of each environment, gathered beside its observation
+            hc = (torch.from_numpy(sh.h), torch.from_numpy(sh.c))
+            hc_staging = tuple(torch.empty((max_requests, envs, size), pin_memory=pin) for _ in range(2))
         fd = srv.request_fd
         clock = time.perf_counter
         c = sh.counters
@@ -61,7 +67,17 @@ class ThreadPredictor(threading.Thread):
             # the version of the weights the forward pass starts from: an update landing during it must not pass
             # for the one that acted (the policy lag would be undercounted and MAX_POLICY_LAG would keep stale steps)
             version = srv.network.version
-            policy, value = srv.network.predict(batch.view((n * envs,) + state_shape))
+            states = batch.view((n * envs,) + state_shape)
+            if size:
+                index = torch.from_numpy(ids)
+                for src, dst in zip(hc, hc_staging, strict=True):
+                    torch.index_select(src, 0, index, out=dst[:n])
+                policy, value, (h1, c1) = srv.network.predict(
+                    states, (hc_staging[0][:n].view(n * envs, size), hc_staging[1][:n].view(n * envs, size)))
+                sh.h[ids] = h1.numpy().reshape(n, envs, size)
+                sh.c[ids] = c1.numpy().reshape(n, envs, size)
+            else:
+                policy, value = srv.network.predict(states)
             t3 = clock()
             sh.policy[ids] = policy.numpy().reshape(n, envs, -1)
             sh.value[ids] = value.numpy().reshape(n, envs)

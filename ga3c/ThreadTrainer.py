@@ -6,7 +6,8 @@ tensors allocated once, and the slot is released at once, so the agents never wa
 Every transition carries the model version that acted on it; the lag (updates between acting and training)
 is counted here, and with MAX_POLICY_LAG experience older than that is dropped and counted.
 
-With POLICY_LAG_CORRECTION='vtrace' (IMPALA's off-policy correction, `ga3c/vtrace.py`) the rollouts stay
+With POLICY_LAG_CORRECTION='vtrace' (IMPALA's off-policy correction, `ga3c/vtrace.py`), or with the LSTM
+network (NETWORK_TYPE='lstm', which unrolls each rollout from the state it started from), the rollouts stay
 time-major: each is copied with its bootstrap state, and at training time the rollouts of equal length form a
 [T, B] block (B = rollouts x envs; rollouts cut short when an agent stops have their own, shorter, block). The
 current network's logits and values of every state, bootstrap states included, are computed without gradients,
@@ -15,6 +16,11 @@ all blocks in one update. MAX_POLICY_LAG then drops, in each rollout, every step
 trace needs a contiguous run of steps up to the bootstrap state): the rest of the rollout is trained on and the
 dropped transitions are counted as in the faithful path. As versions only grow along a rollout, this drops the
 same transitions as the faithful path. The rollouts' own n-step returns are not used by V-trace.
+
+The LSTM network trains by truncated back-propagation through each block: it is unrolled from the rollouts'
+stored start states, the state zeroed after every terminal or time-limit step (not-done masks), as the agents
+zeroed it. When MAX_POLICY_LAG drops a stale prefix of a rollout, the state at the first kept step is that of
+the current network unrolled over the dropped steps without gradient (`_start_states`).
 """
 
 from __future__ import annotations
@@ -38,8 +44,8 @@ class ThreadTrainer(threading.Thread):
 
     def run(self) -> None:
         try:
-            if self.server.cfg.POLICY_LAG_CORRECTION == 'vtrace':
-                self._vtrace_loop()
+            if self.server.cfg.POLICY_LAG_CORRECTION == 'vtrace' or self.server.network.recurrent_size:
+                self._sequence_loop()
             else:
                 self._train_loop()
         except BaseException as exc:  # noqa: BLE001 - reported to the server, which stops the run cleanly
@@ -140,9 +146,10 @@ class ThreadTrainer(threading.Thread):
         if scalars is not None:
             srv.training_scalars(scalars, float(lag.mean()), int(lag.max()))
 
-    # ------------------------------------------------------------------ V-trace
-    def _vtrace_loop(self) -> None:
-        """The loop of `_train_loop`, keeping each rollout whole: [steps + 1, E] states, [steps, E] the rest."""
+    # ------------------------------------------------------------------ whole rollouts (V-trace, LSTM)
+    def _sequence_loop(self) -> None:
+        """The loop of `_train_loop`, keeping each rollout whole: [steps + 1, E] states, [steps, E] the rest,
+        and with the LSTM network the state its first step started from."""
         srv, cfg = self.server, self.server.cfg
         sh = srv.shared
         lay = sh.layout
@@ -152,16 +159,19 @@ class ThreadTrainer(threading.Thread):
         buf = dict(
             states=np.empty((cap, tmax + 1) + sh.exp_states.shape[2:], dtype=sh.exp_states.dtype),
             actions=np.empty((cap, tmax, envs), dtype=np.int64),
+            returns=np.empty((cap, tmax, envs), dtype=np.float32),
             rewards=np.empty((cap, tmax, envs), dtype=np.float32),
             done=np.empty((cap, tmax, envs), dtype=np.uint8),
             truncated=np.empty((cap, tmax, envs), dtype=np.uint8),
             logp=np.empty((cap, tmax, envs), dtype=np.float32),
             versions=np.empty((cap, tmax, envs), dtype=np.int64),
+            h0=np.empty((cap, envs, lay.recurrent), dtype=np.float32),
+            c0=np.empty((cap, envs, lay.recurrent), dtype=np.float32),
         )
         lengths = np.empty(cap, dtype=np.int64)
-        names = ("actions", "rewards", "done", "truncated", "logp", "versions")
-        sources = dict(zip(names, (sh.exp_actions, sh.exp_rewards, sh.exp_done, sh.exp_truncated, sh.exp_logp,
-                                   sh.exp_version), strict=True))
+        names = ("actions", "returns", "rewards", "done", "truncated", "logp", "versions")
+        sources = dict(zip(names, (sh.exp_actions, sh.exp_returns, sh.exp_rewards, sh.exp_done, sh.exp_truncated,
+                                   sh.exp_logp, sh.exp_version), strict=True))
         count = [0]  # rollouts in the batch being gathered
 
         def take(slot: int, steps: int, n: int) -> None:
@@ -169,14 +179,49 @@ class ThreadTrainer(threading.Thread):
             buf["states"][r, :steps + 1] = sh.exp_states[slot, :steps + 1]
             for name in names:
                 buf[name][r, :steps] = sources[name][slot, :steps]
+            buf["h0"][r] = sh.exp_h0[slot]
+            buf["c0"][r] = sh.exp_c0[slot]
             lengths[r] = steps
             count[0] = r + 1
 
-        self._loop(take, lambda n: self._train_vtrace(buf, lengths[:count[0]], n))
+        self._loop(take, lambda n: self._train_sequences(buf, lengths[:count[0]], n))
 
-    def _train_vtrace(self, buf: dict, lengths: np.ndarray, n: int) -> None:
+    def _start_states(self, buf: dict, starts: np.ndarray, lengths: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+        """The LSTM's state [R, E, H] at each rollout's first kept step: the stored start state, carried over a
+        dropped stale prefix by unrolling the current network over it without gradient."""
+        net = self.server.network
+        rollouts, envs = len(starts), buf["actions"].shape[2]
+        h = torch.from_numpy(buf["h0"][:rollouts].copy()).to(net.device)
+        c = torch.from_numpy(buf["c0"][:rollouts].copy()).to(net.device)
+        for s in np.unique(starts[(starts > 0) & (starts < lengths)]).tolist():
+            idx = np.flatnonzero(starts == s)
+            cols = idx[None, :]
+            rows = np.arange(s)[:, None]
+            width = len(idx) * envs
+            states = torch.from_numpy(buf["states"][cols, rows].reshape((-1,) + buf["states"].shape[3:]))
+            notdone = torch.from_numpy(self._notdone(buf, cols, rows).reshape(s, width))
+            select = torch.from_numpy(idx).to(net.device)
+            with torch.no_grad():
+                _, _, (hs, cs) = net.forward(states, state=(h[select].view(width, -1), c[select].view(width, -1)),
+                                             notdone=notdone)
+            h[select] = hs.view(len(idx), envs, -1)
+            c[select] = cs.view(len(idx), envs, -1)
+        return h, c
+
+    @staticmethod
+    def _notdone(buf: dict, cols, rows) -> np.ndarray:
+        """1 where the episode goes on after the step, 0 after a terminal or time-limit step (the agent zeroed
+        the state there)."""
+        return 1.0 - (buf["done"][cols, rows] | buf["truncated"][cols, rows]).astype(np.float32)
+
+    def _train_sequences(self, buf: dict, lengths: np.ndarray, n: int) -> None:
+        """Trains on whole rollouts, blocks of equal length [T, B] (time-major, B = rollouts x envs): with
+        V-trace on its targets (the current network's logits and values of every state, bootstrap states
+        included, without gradient), else on the rollouts' n-step returns; the LSTM network unrolls each block
+        from its stored start state with not-done masks."""
         srv, cfg = self.server, self.server.cfg
         net = srv.network
+        vtrace = cfg.POLICY_LAG_CORRECTION == 'vtrace'
         rollouts = len(lengths)
         envs = buf["actions"].shape[2]
         lag = net.version - buf["versions"][:rollouts]  # [R, T, E]; only the first lengths[i] steps are real
@@ -189,7 +234,10 @@ class ThreadTrainer(threading.Thread):
         kept = lengths - starts
         dropped = int(starts.sum()) * envs
         used = n - dropped
-        parts, lags = [], []
+        recurrent = net.recurrent_size > 0
+        if used and recurrent:
+            h0, c0 = self._start_states(buf, starts, lengths)
+        parts, lags, sequences = [], [], []
         with torch.no_grad():
             for m in np.unique(kept).tolist():
                 if m == 0:
@@ -199,27 +247,44 @@ class ThreadTrainer(threading.Thread):
                 rows = (starts[idx][None, :] + np.arange(m + 1)[:, None])  # [m + 1, B_r]
                 cols = idx[None, :]
                 width = len(idx) * envs
+                if not vtrace:
+                    rows = rows[:m]  # the n-step returns need no bootstrap state
                 states = torch.from_numpy(buf["states"][cols, rows].reshape((-1,) + buf["states"].shape[3:]))
                 block = {name: torch.from_numpy(buf[name][cols, rows[:m]].reshape(m, width)).to(net.device)
-                         for name in ("actions", "rewards", "done", "truncated", "logp")}
+                         for name in ("actions", "returns", "rewards", "done", "truncated", "logp")}
                 actions = block["actions"]
-                logits, values = net.forward(states)
-                values = values.float().view(m + 1, width)
-                pi, _ = net._policy(logits[:m * width].float())
-                # log mu was computed by the agent as log(policy[a] + 1e-20): the same form for log pi
-                target_logp = torch.log(pi.gather(1, actions.view(-1, 1)).view(m, width) + 1e-20)
-                discounts = cfg.DISCOUNT * (1.0 - block["done"].float())
-                vs, advantages = vtrace_targets(block["logp"], target_logp, block["rewards"], values[:m], values[m],
-                                                discounts, float(cfg.VTRACE_RHO), float(cfg.VTRACE_C),
-                                                truncated=block["truncated"].bool())
-                parts.append((states[:m * width], actions.view(-1), vs.view(-1), advantages.view(-1)))
+                if recurrent:
+                    select = torch.from_numpy(idx).to(net.device)
+                    start = (h0[select].view(width, -1), c0[select].view(width, -1))
+                    notdone = torch.from_numpy(self._notdone(buf, cols, rows[:m]).reshape(m, width))
+                    sequences.append(start + (notdone,))
+                if vtrace:
+                    if recurrent:
+                        logits, values, _ = net.forward(states, state=start,
+                                                        notdone=torch.cat([notdone, torch.ones(1, width)]))
+                    else:
+                        logits, values = net.forward(states)
+                    values = values.float().view(m + 1, width)
+                    pi, _ = net._policy(logits[:m * width].float())
+                    # log mu was computed by the agent as log(policy[a] + 1e-20): the same form for log pi
+                    target_logp = torch.log(pi.gather(1, actions.view(-1, 1)).view(m, width) + 1e-20)
+                    discounts = cfg.DISCOUNT * (1.0 - block["done"].float())
+                    vs, advantages = vtrace_targets(block["logp"], target_logp, block["rewards"], values[:m],
+                                                    values[m], discounts, float(cfg.VTRACE_RHO), float(cfg.VTRACE_C),
+                                                    truncated=block["truncated"].bool())
+                    parts.append((states[:m * width], actions.view(-1), vs.view(-1), advantages.view(-1)))
+                else:
+                    parts.append((states, actions.view(-1), block["returns"].view(-1)))
                 lags.append(lag[cols, rows[:m]].reshape(-1))
         scalars = lag_used = None
         if used:
             if len(parts) == 1:
-                states, actions, vs, advantages = parts[0]
+                batch = parts[0]
             else:
-                states, actions, vs, advantages = (torch.cat(p) for p in zip(*parts, strict=True))
+                batch = tuple(torch.cat(p) for p in zip(*parts, strict=True))
             lag_used = np.concatenate(lags)
-            scalars = net.train(states, actions, vs, srv.learning_rate, srv.beta, advantages=advantages)
+            advantages = batch[3] if vtrace else None
+            extra = dict(sequences=sequences) if recurrent else {}
+            scalars = net.train(batch[0], batch[1], batch[2], srv.learning_rate, srv.beta, advantages=advantages,
+                                **extra)
         self._count(dropped, used, lag_used, scalars)

@@ -9,7 +9,8 @@ guideline, and would add a network round trip to every step. A rollout comes bac
 object store: states uint8 [T+1, E, ...] (the bootstrap state included), actions, n-step returns bootstrapped
 with V as ProcessAgent computes them, clipped rewards, terminal and time-limit flags, the acting policy's
 log-probabilities (log(pi(a) + 1e-20), as ProcessAgent) and the version of the weights that acted, plus the episodes
-it finished.
+it finished. The acting loop is `ga3c/Rollout.py`'s, the agent processes' own. With the LSTM network the group
+carries its environments' recurrent state itself, and each rollout brings the state it started from (h0, c0).
 
 `ThreadRayAgents`, a thread in the main process, keeps PIPELINE_DEPTH rollout calls queued on every group,
 `ray.wait`s on them, and writes each rollout into experience slots exactly as an agent process does: a free slot
@@ -42,7 +43,7 @@ import time
 import numpy as np
 
 from ga3c import SharedBuffers as sb
-from ga3c.Experience import clip_reward, n_step_returns
+from ga3c.Rollout import Rollout, write_slot
 
 log = logging.getLogger("ga3c")
 
@@ -78,17 +79,15 @@ class AgentGroup:
         self.torch = torch
         envs_n = int(cfg.CLUSTER_ENVS_PER_GROUP)
         seed0 = cfg.SEED + 500_000_000 + 1_000_003 * generation + group_id * envs_n
-        self.rng = np.random.default_rng(seed0)
         self.envs = [Environment(cfg, seed=seed0 + e) for e in range(envs_n)]
-        first = self.envs[0].reset()
-        self.obs = np.empty((envs_n,) + first.shape, dtype=first.dtype)
-        self.obs[0] = first
-        for e in range(1, envs_n):
-            self.obs[e] = self.envs[e].reset()
         self.net = NetworkVP(cfg, tuple(state_shape), int(num_actions), torch.device("cpu"))
+        self.obs = np.empty((envs_n,) + tuple(state_shape), dtype=self.envs[0].state_dtype)
+        # with the LSTM network the group carries its environments' recurrent state itself
+        size = self.net.recurrent_size
+        self.state = (np.zeros((envs_n, size), np.float32), np.zeros((envs_n, size), np.float32)) if size else None
+        self.roll = Rollout(cfg, self.envs, self.obs, np.random.default_rng(seed0), self.state)
+        self.roll.reset()
         self.version = -1  # no weights yet: the first call brings them
-        self.ep_reward = np.zeros(envs_n, dtype=np.float64)
-        self.ep_length = np.zeros(envs_n, dtype=np.int64)
         self.cached = None  # (policy, value, version) of self.obs, computed as the last rollout's bootstrap
 
     def set_weights(self, weights: dict, version: int) -> None:
@@ -101,12 +100,23 @@ class AgentGroup:
         """Answers once the actor is built (its first answer tells the driver it may send work)."""
         return os.getpid()
 
-    def _predict(self) -> tuple[np.ndarray, np.ndarray]:
-        if self.cached is not None and self.cached[2] == self.version:
+    def _predict(self, first: bool) -> tuple[np.ndarray, np.ndarray]:
+        """Policy and value of self.obs, advancing the recurrent state; `first`: a rollout's first step, which
+        the last rollout's bootstrap prediction has already computed unless the weights changed since."""
+        if first and self.cached is not None and self.cached[2] == self.version:
             policy, value, _ = self.cached
             self.cached = None
             return policy, value
-        policy, value = self.net.predict(self.torch.from_numpy(self.obs))
+        if first and self.state is not None:
+            self.roll.restore_start_state()  # the bootstrap prediction advanced it with the old weights
+        torch = self.torch
+        if self.state is None:
+            policy, value = self.net.predict(torch.from_numpy(self.obs))
+        else:
+            h, c = (torch.from_numpy(a) for a in self.state)
+            policy, value, (h1, c1) = self.net.predict(torch.from_numpy(self.obs), (h, c))
+            self.state[0][:] = h1.numpy()
+            self.state[1][:] = c1.numpy()
         return policy.numpy(), value.numpy()
 
     def rollout(self, weights: dict | None = None, version: int = -1) -> dict | None:
@@ -115,48 +125,26 @@ class AgentGroup:
             self.set_weights(weights, version)
         if self.version < 0:
             return None
-        cfg = self.cfg
-        tmax, envs_n = int(cfg.TIME_MAX), len(self.envs)
         start = time.perf_counter()
-        states = np.empty((tmax + 1,) + self.obs.shape, dtype=self.obs.dtype)
-        actions = np.empty((tmax, envs_n), dtype=np.int64)
-        rewards = np.empty((tmax, envs_n), dtype=np.float32)
-        terminated = np.zeros((tmax, envs_n), dtype=bool)
-        truncated = np.zeros((tmax, envs_n), dtype=bool)
-        values = np.empty((tmax, envs_n), dtype=np.float32)
-        logp = np.empty((tmax, envs_n), dtype=np.float32)
-        rows = np.arange(envs_n)
         episodes: list[tuple[float, float, int]] = []
-        for t in range(tmax):
-            policy, value = self._predict()
-            cum = np.cumsum(policy, axis=1)  # sampling exactly as ProcessAgent
-            u = self.rng.random(envs_n, dtype=np.float32) * cum[:, -1]
-            chosen = (cum < u[:, None]).sum(axis=1)
-            np.minimum(chosen, policy.shape[1] - 1, out=chosen)
-            states[t] = self.obs
-            actions[t] = chosen
-            values[t] = value
-            logp[t] = np.log(policy[rows, chosen] + 1e-20)
-            for e, env in enumerate(self.envs):
-                state, reward, term, trunc = env.step(int(chosen[e]))
-                self.ep_reward[e] += reward
-                self.ep_length[e] += 1
-                rewards[t, e] = clip_reward(reward, cfg.REWARD_MIN, cfg.REWARD_MAX)
-                terminated[t, e] = term
-                truncated[t, e] = trunc and not term
-                if term or trunc:
-                    episodes.append((time.time(), float(self.ep_reward[e]), int(self.ep_length[e])))
-                    self.ep_reward[e] = 0.0
-                    self.ep_length[e] = 0
-                    state = env.reset()
-                self.obs[e] = state
-        states[tmax] = self.obs
-        policy, value = self._predict()
+
+        def on_episode(reward: float, length: int) -> bool:
+            episodes.append((time.time(), reward, length))
+            return True
+
+        while not self.roll.full:
+            policy, value = self._predict(self.roll.t == 0)
+            self.roll.act(policy, value, self.version, on_episode)
+        policy, value = self._predict(False)
         self.cached = (policy, value, self.version)  # the next rollout's first step
-        returns = n_step_returns(rewards, terminated, truncated, values, value, cfg.DISCOUNT)
-        return dict(states=states, actions=actions, returns=returns, rewards=rewards,
-                    done=terminated.astype(np.uint8), truncated=truncated.astype(np.uint8), logp=logp,
-                    version=self.version, steps=tmax, episodes=episodes, seconds=time.perf_counter() - start)
+        out = self.roll.take(value)
+        result = dict(states=out["states"].copy(), actions=out["actions"].copy(), returns=out["returns"],
+                      rewards=out["rewards"].copy(), done=out["done"].astype(np.uint8),
+                      truncated=out["truncated"].astype(np.uint8), logp=out["logp"].copy(), version=self.version,
+                      steps=out["steps"], episodes=episodes, seconds=time.perf_counter() - start)
+        if self.state is not None:
+            result["h0"], result["c0"] = out["h0"].copy(), out["c0"].copy()
+        return result
 
     def close(self) -> None:
         for env in self.envs:
@@ -463,15 +451,7 @@ class ThreadRayAgents(threading.Thread):
             s = self._take_slot()
             if s is None:
                 break
-            cols = slice(first, first + envs)
-            sh.exp_states[s, :steps + 1] = states[:, cols]
-            sh.exp_actions[s, :steps] = out["actions"][:, cols]
-            sh.exp_returns[s, :steps] = out["returns"][:, cols]
-            sh.exp_rewards[s, :steps] = out["rewards"][:, cols]
-            sh.exp_done[s, :steps] = out["done"][:, cols]
-            sh.exp_truncated[s, :steps] = out["truncated"][:, cols]
-            sh.exp_logp[s, :steps] = out["logp"][:, cols]
-            sh.exp_version[s, :steps] = out["version"]
+            write_slot(sh, s, slice(first, first + envs), out, out["version"])
             # counted before the record is visible, so a trainer never sees more trained than produced
             self._count_steps(steps * envs)
             os.write(self.experience_fd, sb.EXPERIENCE.pack(self.agent_id, s, steps))

@@ -397,6 +397,8 @@ def validate(cfg: Config, *, sources: Mapping[str, str] | None = None) -> None:
     positive('VTRACE_C')
     at_least('MAX_POLICY_LAG', 0, '0 = keep all')
     at_least('MLP_HIDDEN_SIZE', 1)
+    one_of('NETWORK_TYPE', ('feedforward', 'lstm'))
+    at_least('LSTM_SIZE', 1)
 
     for name in ('TENSORBOARD_UPDATE_FREQUENCY', 'SAVE_FREQUENCY', 'PRINT_STATS_FREQUENCY',
                  'STAT_ROLLING_MEAN_WINDOW'):

@@ -2,6 +2,7 @@
 
     python scripts/benchmark.py --config configs/cpu.toml [--game PongDeterministic-v4] [--seconds 60]
                                 [--warmup 15] [--env-seconds 20] [--dynamic] [--profile] [KEY=VALUE ...]
+    python scripts/benchmark.py --config configs/cpu.toml NETWORK_TYPE=lstm      # the LSTM network
 
 (1) env-only: the same number of agent processes, each stepping ENVS_PER_AGENT environments with random actions
 and the same preprocessing, no model: the ceiling. (2) a real training run (the Server, its agents, predictors
@@ -291,6 +292,8 @@ def main(argv: list[str] | None = None) -> int:
         "ENVS_PER_AGENT": cfg.ENVS_PER_AGENT,
         "TRAINING_MIN_BATCH_SIZE": cfg.TRAINING_MIN_BATCH_SIZE,
         "PRECISION": cfg.PRECISION,
+        "NETWORK_TYPE": cfg.NETWORK_TYPE,
+        "network": server.meta["network"],
         "TORCH_THREADS": cfg.TORCH_THREADS,
         "dynamic": args.dynamic,
         "cluster": cfg.CLUSTER or None,
@@ -312,7 +315,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{result['group_steps_per_s']} of the steps/s, policy lag at delivery "
               f"{result['group_policy_lag_at_delivery_mean']}")
     print(f"{'settings':<26} NT={nt} NP={np_} NA={na} ENVS_PER_AGENT={cfg.ENVS_PER_AGENT} "
-          f"TRAINING_MIN_BATCH_SIZE={cfg.TRAINING_MIN_BATCH_SIZE} PRECISION={cfg.PRECISION} device={server.device}")
+          f"TRAINING_MIN_BATCH_SIZE={cfg.TRAINING_MIN_BATCH_SIZE} PRECISION={cfg.PRECISION} "
+          f"NETWORK_TYPE={cfg.NETWORK_TYPE} device={server.device}")
     if args.profile:
         print()
         print("\n".join(profile_table(a, b, server.frames_per_step)))

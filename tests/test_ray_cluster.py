@@ -142,9 +142,10 @@ class Running:
         return self.status
 
 
-def test_cartpole_end_to_end(local_ray, tmp_path):
+@pytest.mark.parametrize("network", ["feedforward", "lstm"])
+def test_cartpole_end_to_end(local_ray, tmp_path, network):
     cfg = cluster_cfg(tmp_path, "ATARI_GAME=CartPole-v1", "MAX_SECONDS=150", "WEIGHT_SYNC_UPDATES=2",
-                      "TRAINING_MIN_BATCH_SIZE=32")
+                      "TRAINING_MIN_BATCH_SIZE=32", f"NETWORK_TYPE={network}", "LSTM_SIZE=32")
     run = Running(cfg)
     cl = run.cluster()
     run.wait_for(lambda: cl.live_groups() == 2 and cl.episodes >= 20, "20 episodes from the agent groups")
@@ -157,6 +158,8 @@ def test_cartpole_end_to_end(local_ray, tmp_path):
     c = server.shared.counters
     assert c[sb.C_UPDATES] > 0
     assert cl.live_groups() == 0 and not cl.is_alive()
+    if network == "lstm":  # the groups' rollouts brought the states they started from into the slots
+        assert server.network.recurrent_size == 32 and np.abs(server.shared.exp_h0).sum() > 0
     wait_cpus_free(2)
 
 
