@@ -32,9 +32,12 @@ PLAY = ["tests/test_play.py", "-k", "argmax"]
 QUARANTINE = ["tests/test_server.py", "-k", "quarantine"]
 CRASH_LOOP = ["tests/test_server.py", "-k", "crash_loop"]
 ANNEALING = ["tests/test_server.py", "-k", "annealing"]
-TENSORBOARD = ["tests/test_server.py", "-k", "tensorboard"]
+TENSORBOARD = ["tests/test_server.py", "-k", "train_scalars"]
+# the recurrent path: the predictor's and the trainer's outputs, the stored start states (no learning run)
+LSTM = ["tests/test_lstm.py", "-k", "not learns and not resumes"]
 
 AGENT = "ga3c/ProcessAgent.py"
+ROLLOUT = "ga3c/Rollout.py"
 PREDICTOR = "ga3c/ThreadPredictor.py"
 TRAINER = "ga3c/ThreadTrainer.py"
 
@@ -55,29 +58,43 @@ FAULTS = [
     Fault("predictor: version read after the forward pass (stale for the weights that acted)",
           [(PREDICTOR, "sh.version[ids] = version", "sh.version[ids] = srv.network.version")]),
     Fault("agent: each action paired with the next state (off-by-one in the rollout)",
-          [(AGENT, "sh.exp_states[s, :n] = states[:n]", "sh.exp_states[s, :n] = states[1:n + 1]")]),
+          [(ROLLOUT, 'sh.exp_states[s, :n + 1] = out["states"][:, cols]',
+            'sh.exp_states[s, :n] = out["states"][1:, cols]')]),
     Fault("agent: the state after the action recorded instead of the one before",
-          [(AGENT, "                states[t] = obs\n", ""),
-           (AGENT, "                t += 1\n", "                states[t] = obs\n                t += 1\n")]),
+          [(ROLLOUT, "        self.states[t] = self.obs\n", ""),
+           (ROLLOUT, "        self.t = t + 1\n", "        self.states[t] = self.obs\n        self.t = t + 1\n")]),
     Fault("agent: a stale version recorded (one update behind)",
-          [(AGENT, "versions[t] = sh.version[me]", "versions[t] = sh.version[me] - 1")]),
+          [(ROLLOUT, "self.versions[t] = version", "self.versions[t] = version - 1")]),
     Fault("agent: bootstrap value dropped (returns end at 0)",
-          [(AGENT, "values[:n], bootstrap,", "values[:n], 0 * bootstrap,")]),
+          [(ROLLOUT, "self.values[:n], bootstrap,", "self.values[:n], 0 * bootstrap,")]),
     Fault("agent: terminal flag ignored",
-          [(AGENT, "terminated[t, e] = term\n", "terminated[t, e] = False\n")]),
+          [(ROLLOUT, "self.terminated[t, e] = term\n", "self.terminated[t, e] = False\n")]),
     Fault("agent: time-limit (truncated) flag not sent to the trainers",
-          [(AGENT, "sh.exp_truncated[s, :n] = truncated[:n]", "sh.exp_truncated[s, :n] = 0")]),
+          [(ROLLOUT, 'sh.exp_truncated[s, :n] = out["truncated"][:, cols]', "sh.exp_truncated[s, :n] = 0")]),
     Fault("agent: value of the wrong env",
-          [(AGENT, "values[t] = value\n", "values[t] = value[::-1]\n")]),
+          [(ROLLOUT, "self.values[t] = value\n", "self.values[t] = value[::-1]\n")]),
     Fault("agent: log-probability of the wrong action",
-          [(AGENT, "np.log(policy[rows, chosen] + 1e-20)",
-            "np.log(policy[rows, (chosen + 1) % policy.shape[1]] + 1e-20)")]),
+          [(ROLLOUT, "np.log(policy[self._rows, chosen] + 1e-20)",
+            "np.log(policy[self._rows, (chosen + 1) % policy.shape[1]] + 1e-20)")]),
     Fault("agent: actions drawn uniformly, not from the policy",
-          [(AGENT, "chosen = (cum < u[:, None]).sum(axis=1)", "chosen = rng.integers(0, policy.shape[1], envs_n)")]),
+          [(ROLLOUT, "chosen = (cum < u[:, None]).sum(axis=1)",
+            "chosen = self.rng.integers(0, policy.shape[1], len(self.envs))")]),
     Fault("agent: every env acts with env 0's policy",
-          [(AGENT, "cum = np.cumsum(policy, axis=1)", "cum = np.cumsum(policy[[0] * envs_n], axis=1)")]),
+          [(ROLLOUT, "cum = np.cumsum(policy, axis=1)", "cum = np.cumsum(policy[[0] * len(self.envs)], axis=1)")]),
     Fault("agent: partial rollout not sent on stop",
-          [(AGENT, "if t == tmax or (stopping and t > 0):", "if t == tmax:")]),
+          [(AGENT, "if rollout.full or (stopping and rollout.t > 0):", "if rollout.full:")]),
+    Fault("lstm agent: an environment's state not zeroed when it resets",
+          [(ROLLOUT, "                    self.state[0][e] = 0.0\n                    self.state[1][e] = 0.0\n", "")],
+          LSTM),
+    Fault("lstm agent: a rollout stores the state of its last step, not of its first",
+          [(ROLLOUT, 'out["h0"], out["c0"] = self.start_state', 'out["h0"], out["c0"] = self.state')], LSTM),
+    Fault("lstm predictor: the next state not written back",
+          [(PREDICTOR, "sh.h[ids] = h1.numpy().reshape(n, envs, size)", "pass")], LSTM),
+    Fault("lstm trainer: the state not zeroed after an episode's last step in the unroll",
+          [("ga3c/NetworkVP.py", "            h, c = h * mask, c * mask\n", "")], LSTM),
+    Fault("lstm trainer: time-limit steps not counted as episode ends in the unroll",
+          [(TRAINER, '(buf["done"][cols, rows] | buf["truncated"][cols, rows])', '(buf["done"][cols, rows])')],
+          LSTM),
     Fault("returns: not discounted",
           [("ga3c/Experience.py", "running = rewards[t] + discount * running", "running = rewards[t] + running")]),
     Fault("trainer: MAX_POLICY_LAG with < for <= (a lag at the limit dropped)",
