@@ -733,7 +733,6 @@ def test_full_disk_under_checkpoint_dir(tmp_path, tag, small_disk):
         kill_session(proc)
     err = err_path.read_text()
     assert proc.returncode == 1, tail(err)
-    assert took < 60
     errors = error_lines(err)
     assert len(errors) == 1, errors
     assert re.search(rf"the periodic checkpoint could not be written to '{folder}': .*No space left on device",
@@ -808,7 +807,6 @@ def test_full_disk_under_the_results_file(tmp_path, tag, small_disk):
         kill_session(proc)
     err = err_path.read_text()
     assert proc.returncode == 1, tail(err)
-    assert took < 60
     errors = error_lines(err)
     assert len(errors) == 1, errors
     assert re.fullmatch(rf"ga3c: error: the stats process cannot write '{results}': \[Errno 28\] No space left on "
