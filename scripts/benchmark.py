@@ -3,6 +3,7 @@
     python scripts/benchmark.py --config configs/cpu.toml [--game PongDeterministic-v4] [--seconds 60]
                                 [--warmup 15] [--env-seconds 20] [--dynamic] [--profile] [KEY=VALUE ...]
     python scripts/benchmark.py --config configs/cpu.toml NETWORK_TYPE=lstm      # the LSTM network
+    python scripts/benchmark.py --config configs/cpu.toml --compare NETWORK_TYPE=lstm   # both, one after the other
 
 (1) env-only: the same number of agent processes, each stepping ENVS_PER_AGENT environments with random actions
 and the same preprocessing, no model: the ceiling. (2) a real training run (the Server, its agents, predictors
@@ -10,7 +11,9 @@ and trainers) measured over `--seconds` after `--warmup`. Prints a table and, as
 With --profile it also prints where the time goes in each component. --dynamic runs with dynamic adjustment and
 reports the NT/NP/NA it settled on. --cluster ray runs the training with CLUSTER=ray (agent groups as Ray actors
 beside the agent processes; a local Ray instance unless RAY_ADDRESS is set) and reports the same JSON, the
-groups' transitions counted with the agents' steps.
+groups' transitions counted with the agents' steps. --compare KEY=VALUE runs a second training run with that
+setting added, in the same invocation, and reports its figures and its steps/s as a ratio of the first's. An
+agent's memory is given as RSS (shared libraries counted in every process), PSS and private memory.
 """
 
 from __future__ import annotations
@@ -94,6 +97,22 @@ def rss_mb(pid: int) -> float:
     return fields.get("VmRSS", 0.0) - fields.get("RssShmem", 0.0)
 
 
+def smaps_mb(pid: int) -> tuple[float, float]:
+    """(PSS, private) memory of a process in MB (/proc/PID/smaps_rollup): the RSS counts each shared library and
+    the shared arrays once per process; PSS splits what is shared among the processes that map it, and private
+    memory is what the process alone holds."""
+    fields = {}
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                key, _, rest = line.partition(":")
+                if key in ("Pss", "Private_Clean", "Private_Dirty"):
+                    fields[key] = int(rest.split()[0]) / 1024
+    except OSError:
+        return 0.0, 0.0
+    return fields.get("Pss", 0.0), fields.get("Private_Clean", 0.0) + fields.get("Private_Dirty", 0.0)
+
+
 def cpu_seconds(path: str) -> float:
     """utime + stime of a process or thread from its /proc stat file."""
     try:
@@ -128,6 +147,8 @@ class Probe(threading.Thread):
         self.server, self.warmup, self.seconds = server, warmup, seconds
         self.peak_total = 0.0
         self.peak_agent = 0.0
+        self.peak_agent_pss = 0.0
+        self.peak_agent_private = 0.0
         self.first = self.last = None
 
     def snapshot(self) -> dict:
@@ -142,7 +163,11 @@ class Probe(threading.Thread):
 
     def sample_rss(self) -> None:
         srv = self.server
-        agents = [rss_mb(proc.pid) for proc, _ in list(srv.agents.values())]
+        pids = [proc.pid for proc, _ in list(srv.agents.values())]
+        agents = [rss_mb(pid) for pid in pids]
+        for pss, private in map(smaps_mb, pids):
+            self.peak_agent_pss = max(self.peak_agent_pss, pss)
+            self.peak_agent_private = max(self.peak_agent_private, private)
         total = (rss_mb(os.getpid()) + sum(agents) + (rss_mb(srv.stats.pid) if srv.stats.pid else 0.0)
                  + srv.shared.layout.nbytes() / 2**20)
         self.peak_total = max(self.peak_total, total)
@@ -215,45 +240,12 @@ def profile_table(a: dict, b: dict, frames_per_step: int) -> list[str]:
     return lines
 
 
-def main(argv: list[str] | None = None) -> int:
+def measure_training(cfg, args, env_rate: float | None) -> dict | None:
+    """One real training run (the Server) measured over args.seconds after args.warmup: prints its table and
+    returns its figures, or None when it ended early."""
     from ga3c import SharedBuffers as sb
-    from ga3c.errors import ConfigError
-    from ga3c.settings import parse_settings
-
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--config", action="append", default=[], help="a preset (configs/*.toml); repeatable")
-    parser.add_argument("--game", help="the game id (ATARI_GAME)")
-    parser.add_argument("--seconds", type=float, default=60.0, help="measured training window (s)")
-    parser.add_argument("--warmup", type=float, default=15.0, help="training time before the window (s)")
-    parser.add_argument("--env-seconds", type=float, default=20.0, help="env-only measurement (s)")
-    parser.add_argument("--dynamic", action="store_true", help="run with dynamic adjustment")
-    parser.add_argument("--profile", action="store_true", help="show where the time goes, per component")
-    parser.add_argument("--skip-env-only", action="store_true", help="measure the training run only")
-    parser.add_argument("--cluster", choices=["ray"], help="train with CLUSTER=ray (agent groups on Ray)")
-    parser.add_argument("settings", nargs="*", help="KEY=VALUE settings, as for training")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="[%(asctime)s] %(message)s", datefmt="%H:%M:%S")
-
-    overrides = [f"--config={path}" for path in args.config]
-    if args.game:
-        overrides.append(f"ATARI_GAME={args.game}")
-    overrides += ["SAVE_MODELS=False", "TENSORBOARD=False", "EPISODES=100000000", "PRINT_STATS_FREQUENCY=1000000",
-                  f"DYNAMIC_SETTINGS={args.dynamic}", f"CLUSTER={args.cluster or ''}",
-                  "RESULTS_FILENAME=" + os.path.join(tempfile.mkdtemp(prefix="ga3c-bench-"), "results.txt")]
-    try:
-        cfg = parse_settings(overrides + list(args.settings))
-    except ConfigError as exc:
-        print(f"benchmark: error: {exc}", file=sys.stderr)
-        return 2
-
     from ga3c.Server import Server
 
-    env_rate = None
-    if not args.skip_env_only:
-        print(f"[1/2] env-only: {cfg.AGENTS} agents x {cfg.ENVS_PER_AGENT} envs, random actions, "
-              f"{args.env_seconds:.0f} s", flush=True)
-        env_rate = env_only(cfg, cfg.AGENTS, args.env_seconds)
-    print(f"[2/2] training: {args.warmup:.0f} s warm-up, then {args.seconds:.0f} s measured", flush=True)
     server = Server(cfg)
     probe = Probe(server, args.warmup, args.seconds)
     probe.start()
@@ -262,10 +254,10 @@ def main(argv: list[str] | None = None) -> int:
     cluster = getattr(server, "cluster", None)
     if cfg.CLUSTER and cluster is None:
         print("benchmark: this Server does not start the agent groups (no CLUSTER hook)", file=sys.stderr)
-        return 1
+        return None
     if status != 0 or probe.last is None:
         print("benchmark: the training run ended early", file=sys.stderr)
-        return 1
+        return None
     a, b = probe.first, probe.last
     dt = b["t"] - a["t"]
     c = b["counters"] - a["counters"]
@@ -287,6 +279,8 @@ def main(argv: list[str] | None = None) -> int:
         "policy_lag_max": int(b["counters"][sb.C_LAG_MAX]),  # the run's largest, warm-up included
         "peak_rss_mb_total": round(probe.peak_total, 1),
         "peak_rss_mb_per_agent": round(probe.peak_agent, 1),
+        "peak_pss_mb_per_agent": round(probe.peak_agent_pss, 1),
+        "peak_private_mb_per_agent": round(probe.peak_agent_private, 1),
         "seconds": round(dt, 1),
         "NT": nt, "NP": np_, "NA": na,
         "ENVS_PER_AGENT": cfg.ENVS_PER_AGENT,
@@ -308,7 +302,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'measure':<26} {'value':>12}")
     for key in ("env_only_steps_per_s", "train_steps_per_s", "train_frames_per_s", "ratio", "pps", "tps",
                 "mean_batch_predict", "mean_batch_train", "policy_lag_mean", "policy_lag_max", "peak_rss_mb_total",
-                "peak_rss_mb_per_agent"):
+                "peak_rss_mb_per_agent", "peak_pss_mb_per_agent", "peak_private_mb_per_agent"):
         print(f"{key:<26} {result[key] if result[key] is not None else '-':>12}")
     if cluster is not None:
         print(f"{'agent groups (Ray)':<26} {result['groups']} x {cfg.CLUSTER_ENVS_PER_GROUP} envs, "
@@ -320,6 +314,64 @@ def main(argv: list[str] | None = None) -> int:
     if args.profile:
         print()
         print("\n".join(profile_table(a, b, server.frames_per_step)))
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    from ga3c.errors import ConfigError
+    from ga3c.settings import parse_settings
+
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", action="append", default=[], help="a preset (configs/*.toml); repeatable")
+    parser.add_argument("--game", help="the game id (ATARI_GAME)")
+    parser.add_argument("--seconds", type=float, default=60.0, help="measured training window (s)")
+    parser.add_argument("--warmup", type=float, default=15.0, help="training time before the window (s)")
+    parser.add_argument("--env-seconds", type=float, default=20.0, help="env-only measurement (s)")
+    parser.add_argument("--dynamic", action="store_true", help="run with dynamic adjustment")
+    parser.add_argument("--profile", action="store_true", help="show where the time goes, per component")
+    parser.add_argument("--skip-env-only", action="store_true", help="measure the training run only")
+    parser.add_argument("--cluster", choices=["ray"], help="train with CLUSTER=ray (agent groups on Ray)")
+    parser.add_argument("--compare", action="append", default=[], metavar="KEY=VALUE",
+                        help="a second training run with this setting too (repeatable), measured after the first "
+                             "in the same invocation: e.g. --compare NETWORK_TYPE=lstm")
+    parser.add_argument("settings", nargs="*", help="KEY=VALUE settings, as for training")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="[%(asctime)s] %(message)s", datefmt="%H:%M:%S")
+
+    overrides = [f"--config={path}" for path in args.config]
+    if args.game:
+        overrides.append(f"ATARI_GAME={args.game}")
+    overrides += ["SAVE_MODELS=False", "TENSORBOARD=False", "EPISODES=100000000", "PRINT_STATS_FREQUENCY=1000000",
+                  f"DYNAMIC_SETTINGS={args.dynamic}", f"CLUSTER={args.cluster or ''}",
+                  "RESULTS_FILENAME=" + os.path.join(tempfile.mkdtemp(prefix="ga3c-bench-"), "results.txt")]
+    try:
+        cfg = parse_settings(overrides + list(args.settings))
+        compare_cfg = parse_settings(overrides + list(args.settings) + args.compare) if args.compare else None
+    except ConfigError as exc:
+        print(f"benchmark: error: {exc}", file=sys.stderr)
+        return 2
+
+
+    env_rate = None
+    if not args.skip_env_only:
+        print(f"[1/{2 + bool(args.compare)}] env-only: {cfg.AGENTS} agents x {cfg.ENVS_PER_AGENT} envs, random "
+              f"actions, {args.env_seconds:.0f} s", flush=True)
+        env_rate = env_only(cfg, cfg.AGENTS, args.env_seconds)
+    runs = [cfg] + ([compare_cfg] if args.compare else [])
+    results = []
+    for k, run_cfg in enumerate(runs, 1):
+        extra = f" with {' '.join(args.compare)}" if k == 2 else ""
+        print(f"[{k + 1}/{len(runs) + 1}] training{extra}: {args.warmup:.0f} s warm-up, then {args.seconds:.0f} s "
+              "measured", flush=True)
+        result = measure_training(run_cfg, args, env_rate)
+        if result is None:
+            return 1
+        results.append(result)
+    result = results[0]
+    if args.compare:
+        result["compare"] = dict(results[1], settings=args.compare)
+        result["compare_ratio"] = round(results[1]["train_steps_per_s"] / result["train_steps_per_s"], 3)
+        print(f"\n{' '.join(args.compare)}: {result['compare_ratio']} of the first run's agent steps/s")
     print(json.dumps(result))
     return 0
 
