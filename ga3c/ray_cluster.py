@@ -24,9 +24,13 @@ POLICY_LAG_CORRECTION='vtrace' corrects it.
 
 Faults: groups are restartable actors (max_restarts): when a node dies Ray restarts its groups elsewhere; the
 calls that were running on it fail, are counted (`lost_rollouts`) and are sent again to the restarted group with
-the current weights. A group that cannot be restarted is replaced by a new actor; more than GROUP_DEATHS_ALLOWED
-failures in GROUP_DEATH_WINDOW seconds stop the run (a crash loop). A rollout is counted as produced only once it
-is written into a slot, so nothing the trainers took is lost and the summary's accounting stays exact.
+the current weights. Ray runs a restarted group's constructor again with the same arguments, so a restarted group
+draws fresh environment seeds (OS entropy) instead of replaying its first episodes; its ready() answer reports
+them with its node, and they are logged. A group still waiting for a CPU (no node has one free) is asked again
+every PING_RETRY_SECONDS, not counted as a new death, and starts as soon as a node joins. A group that cannot be
+restarted is replaced by a new actor; more than GROUP_DEATHS_ALLOWED failures in GROUP_DEATH_WINDOW seconds stop
+the run (a crash loop). A rollout is counted as produced only once it is written into a slot, so nothing the
+trainers took is lost and the summary's accounting stays exact.
 
 Counters (shared with the stats process when SharedBuffers defines them): C_CLUSTER_STEPS, the transitions the
 groups delivered; C_CLUSTER_GROUPS, the groups whose last call succeeded (the live groups).

@@ -2,11 +2,13 @@
 
 Needs Ray (pip install 'ga3c[ray]'). The end-to-end tests run the real Server with its agents, predictors,
 trainers and stats process, plus two agent groups, on CartPole and on Pong; one kills a group's actor (as a node
-death would) and checks that Ray restarts it, that rollouts flow again, and that the accounting stays exact.
+death would) and checks that Ray restarts it, that rollouts flow again, and that the accounting stays exact. The
+last one removes a whole worker node of a three-node Ray cluster on this machine (`ray.cluster_utils.Cluster`).
 """
 
 from __future__ import annotations
 
+import logging
 import subprocess
 import sys
 import threading
@@ -68,6 +70,10 @@ def test_agent_group_rollout_matches_an_agent():
                                   value[:6], value[6], cfg.DISCOUNT)
         np.testing.assert_allclose(out["returns"], expected, rtol=1e-5, atol=1e-5)
     np.testing.assert_array_equal(first["states"][6], second["states"][0])
+    # outside a Ray actor: not a restart, and the seeds follow from SEED, the group and the generation
+    info = group.ready()
+    assert info["restarted"] is False and info["node"] == ""
+    assert info["seeds"] == [cfg.SEED + 500_000_000 + 1_000_003 + e for e in range(3)]
     group.close()
 
 
@@ -251,6 +257,7 @@ def test_lost_node_groups_restart_elsewhere_with_fresh_seeds(three_nodes, tmp_pa
     lost, restarts = cl.lost_rollouts, cl.restarts
 
     cluster.remove_node(doomed, allow_graceful=False)
+    logging.getLogger("ga3c").info("test: node %s removed", doomed.node_id[:12])  # times in the log
     run.wait_for(lambda: cl.restarts >= restarts + 2, "both groups' deaths to be seen")
     run.wait_for(lambda: any(g.live for g in victims), "one group to restart on the other node")
     moved = next(g for g in victims if g.live)
@@ -264,6 +271,7 @@ def test_lost_node_groups_restart_elsewhere_with_fresh_seeds(three_nodes, tmp_pa
                  "training to go on with two groups")
 
     joined = cluster.add_node(num_cpus=2, object_store_memory=NODE_STORE_BYTES)
+    logging.getLogger("ga3c").info("test: node %s joined", joined.node_id[:12])
     run.wait_for(lambda: waiting.live and cl.live_groups() == 3, "the waiting group to be placed on the new node")
     assert waiting.starts[-1]["node"] == joined.node_id and waiting.starts[-1]["restarted"]
     assert not set(waiting.starts[-1]["seeds"]) & set(first_seeds[waiting.id])
