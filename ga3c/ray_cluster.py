@@ -24,9 +24,13 @@ POLICY_LAG_CORRECTION='vtrace' corrects it.
 
 Faults: groups are restartable actors (max_restarts): when a node dies Ray restarts its groups elsewhere; the
 calls that were running on it fail, are counted (`lost_rollouts`) and are sent again to the restarted group with
-the current weights. A group that cannot be restarted is replaced by a new actor; more than GROUP_DEATHS_ALLOWED
-failures in GROUP_DEATH_WINDOW seconds stop the run (a crash loop). A rollout is counted as produced only once it
-is written into a slot, so nothing the trainers took is lost and the summary's accounting stays exact.
+the current weights. Ray runs a restarted group's constructor again with the same arguments, so a restarted group
+draws fresh environment seeds (OS entropy) instead of replaying its first episodes; its ready() answer reports
+them with its node, and they are logged. A group still waiting for a CPU (no node has one free) is asked again
+every PING_RETRY_SECONDS, not counted as a new death, and starts as soon as a node joins. A group that cannot be
+restarted is replaced by a new actor; more than GROUP_DEATHS_ALLOWED failures in GROUP_DEATH_WINDOW seconds stop
+the run (a crash loop). A rollout is counted as produced only once it is written into a slot, so nothing the
+trainers took is lost and the summary's accounting stays exact.
 
 Counters (shared with the stats process when SharedBuffers defines them): C_CLUSTER_STEPS, the transitions the
 groups delivered; C_CLUSTER_GROUPS, the groups whose last call succeeded (the live groups).
@@ -37,6 +41,7 @@ from __future__ import annotations
 import logging
 import os
 import select
+import sys
 import threading
 import time
 
@@ -51,6 +56,7 @@ PIPELINE_DEPTH = 2  # rollout calls queued on each group: the next one starts wh
 GROUP_MAX_RESTARTS = 4  # Ray restarts of one group actor (node death, process killed) before it is replaced
 GROUP_DEATH_WINDOW = 60.0  # seconds
 GROUP_DEATHS_ALLOWED = 20  # failed calls in GROUP_DEATH_WINDOW that stop the run (groups cannot run)
+PING_RETRY_SECONDS = 1.0  # between ready() calls to a group Ray is restarting
 STOP_SECONDS = 10.0  # time stop() gives the calls in flight to arrive and be written into slots
 LOCAL_OBJECT_STORE_BYTES = 512 * 2**20  # object store of a Ray instance started here (rollouts are ~1.4 MB)
 
@@ -61,6 +67,20 @@ def cluster_steps(shared) -> int:
 
 
 # ---------------------------------------------------------------------------------------------------- the actor
+def _in_ray_actor() -> bool:
+    ray = sys.modules.get("ray")
+    return ray is not None and ray.is_initialized() and ray.get_runtime_context().get_actor_id() is not None
+
+
+def _restarted_by_ray() -> bool:
+    """Whether Ray is building this actor again after its process or node died (False outside a Ray actor)."""
+    if not _in_ray_actor():
+        return False
+    import ray
+
+    return bool(ray.get_runtime_context().was_current_actor_reconstructed)
+
+
 class AgentGroup:
     """CLUSTER_ENVS_PER_GROUP environments and a CPU copy of the policy, stepped one rollout per call.
 
@@ -79,7 +99,11 @@ class AgentGroup:
         self.torch = torch
         envs_n = int(cfg.CLUSTER_ENVS_PER_GROUP)
         seed0 = cfg.SEED + 500_000_000 + 1_000_003 * generation + group_id * envs_n
-        self.envs = [Environment(cfg, seed=seed0 + e) for e in range(envs_n)]
+        self.restarted = _restarted_by_ray()
+        if self.restarted:  # Ray runs this constructor again with the same arguments: new episodes need new seeds
+            seed0 = int(np.random.SeedSequence().generate_state(1)[0]) % (2**31 - envs_n)
+        self.seeds = [seed0 + e for e in range(envs_n)]  # reported by ready()
+        self.envs = [Environment(cfg, seed=s) for s in self.seeds]
         self.net = NetworkVP(cfg, tuple(state_shape), int(num_actions), torch.device("cpu"))
         self.obs = np.empty((envs_n,) + tuple(state_shape), dtype=self.envs[0].state_dtype)
         # with the LSTM network the group carries its environments' recurrent state itself
@@ -96,9 +120,15 @@ class AgentGroup:
         self.version = int(version)
         self.cached = None
 
-    def ready(self) -> int:
-        """Answers once the actor is built (its first answer tells the driver it may send work)."""
-        return os.getpid()
+    def ready(self) -> dict:
+        """Answers once the actor is built (its first answer tells the driver it may send work): where it runs,
+        whether Ray restarted it, and its environments' seeds."""
+        node = ""
+        if _in_ray_actor():
+            import ray
+
+            node = ray.get_runtime_context().get_node_id()
+        return dict(pid=os.getpid(), node=node, restarted=self.restarted, seeds=list(self.seeds))
 
     def _predict(self, first: bool) -> tuple[np.ndarray, np.ndarray]:
         """Policy and value of self.obs, advancing the recurrent state; `first`: a rollout's first step, which
@@ -161,10 +191,13 @@ class _Group:
         self.in_flight = 0
         self.ready = False  # built (its ready() answered): rollouts are sent only then, with fresh weights
         self.pinged = False  # a ready() call is in flight
+        self.ping_after = 0.0  # time.time() before which no ready() call is sent (while Ray restarts it)
         self.synced = -1  # version of the weights the actor holds, as far as the thread knows (-1: none)
         self.live = False  # its last call succeeded
         self.failures = 0  # consecutive failed calls
         self.retired = False  # removed by set_groups: its calls in flight are delivered, then it is killed
+        self.starts: list[dict] = []  # each ready() answer: pid, node, restarted, the environments' seeds
+        self.down_since: float | None = None  # when its first call failed, until it delivers again
 
 
 class ThreadRayAgents(threading.Thread):
@@ -299,7 +332,7 @@ class ThreadRayAgents(threading.Thread):
                 self._resize()
                 for g in self.groups:
                     if not g.ready:
-                        if not g.pinged:
+                        if not g.pinged and time.time() >= g.ping_after:
                             self._track(g.actor.ready.remote(), g, "ping")
                             g.pinged = True
                         continue
@@ -325,6 +358,7 @@ class ThreadRayAgents(threading.Thread):
                 if kind == "ping":
                     if actor is g.actor:
                         g.ready, g.pinged, g.synced = True, False, -1
+                        self._group_started(g, out)
                     continue
                 if out is None:  # a restarted actor without weights: the next call brings them
                     if actor is g.actor:
@@ -335,11 +369,22 @@ class ThreadRayAgents(threading.Thread):
                     if not g.live:
                         g.live = True
                         self._set_live()
+                        if g.down_since is not None:
+                            log.info("ray agent group %d: delivering again %.1f s after it failed", g.id,
+                                     time.time() - g.down_since)
+                            g.down_since = None
                 self._deliver(out)
             for g in list(self.retired):
                 if g.in_flight == 0:
                     ray.kill(g.actor, no_restart=True)
                     self.retired.remove(g)
+
+    def _group_started(self, g: _Group, info: dict) -> None:
+        g.starts.append(info)
+        seeds = info["seeds"]
+        log.log(logging.INFO if info["restarted"] else logging.DEBUG, "ray agent group %d: %s on node %s (pid %d), "
+                "environment seeds %d..%d", g.id, "restarted by Ray" if info["restarted"] else "started",
+                info["node"][:12], info["pid"], seeds[0], seeds[-1])
 
     def _track(self, ref, g: _Group, kind: str) -> None:
         self.pending[ref] = (g, kind, g.actor)
@@ -394,6 +439,10 @@ class ThreadRayAgents(threading.Thread):
             self.lost_rollouts += 1
         if actor is not g.actor:
             return  # a call to an actor already replaced
+        if kind == "ping" and not g.ready and isinstance(exc, self.ray.exceptions.ActorUnavailableError):
+            g.pinged = False  # Ray is still restarting it (waiting for a node or a CPU): asked again shortly
+            g.ping_after = time.time() + PING_RETRY_SECONDS
+            return
         first = g.ready or kind == "ping"  # one death per incident, not one per call in flight
         g.ready = g.pinged = False
         g.synced = -1
@@ -405,6 +454,8 @@ class ThreadRayAgents(threading.Thread):
         g.failures += 1
         self.restarts += 1
         now = time.time()
+        if g.down_since is None:
+            g.down_since = now
         self.deaths = [t for t in self.deaths if now - t < GROUP_DEATH_WINDOW] + [now]
         replace = g.failures > GROUP_MAX_RESTARTS
         log.warning("ray agent group %d: a %s call failed (%s); %s", g.id, kind, type(exc).__name__,

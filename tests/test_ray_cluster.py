@@ -2,11 +2,13 @@
 
 Needs Ray (pip install 'ga3c[ray]'). The end-to-end tests run the real Server with its agents, predictors,
 trainers and stats process, plus two agent groups, on CartPole and on Pong; one kills a group's actor (as a node
-death would) and checks that Ray restarts it, that rollouts flow again, and that the accounting stays exact.
+death would) and checks that Ray restarts it, that rollouts flow again, and that the accounting stays exact. The
+last one removes a whole worker node of a three-node Ray cluster on this machine (`ray.cluster_utils.Cluster`).
 """
 
 from __future__ import annotations
 
+import logging
 import subprocess
 import sys
 import threading
@@ -68,15 +70,26 @@ def test_agent_group_rollout_matches_an_agent():
                                   value[:6], value[6], cfg.DISCOUNT)
         np.testing.assert_allclose(out["returns"], expected, rtol=1e-5, atol=1e-5)
     np.testing.assert_array_equal(first["states"][6], second["states"][0])
+    # outside a Ray actor: not a restart, and the seeds follow from SEED, the group and the generation
+    info = group.ready()
+    assert info["restarted"] is False and info["node"] == ""
+    assert info["seeds"] == [cfg.SEED + 500_000_000 + 1_000_003 + e for e in range(3)]
     group.close()
 
 
 # ------------------------------------------------------------------------------------------------ on Ray
-@pytest.fixture(scope="module")
-def local_ray():
-    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=200 * 2**20, log_to_driver=False)
+@pytest.fixture(scope="module", autouse=True)
+def ray_down_at_the_end():
     yield
     ray.shutdown()
+
+
+@pytest.fixture
+def local_ray():
+    """A local Ray instance with 2 CPUs, kept from test to test (the cluster test replaces it)."""
+    if not ray.is_initialized():
+        ray.init(num_cpus=2, include_dashboard=False, object_store_memory=200 * 2**20, log_to_driver=False)
+    yield
 
 
 def cluster_cfg(tmp_path, *extra):
@@ -197,3 +210,73 @@ def test_killed_group_is_restarted_and_training_goes_on(local_ray, tmp_path):
     assert cl.restarts >= 1 and cl.failure is None
     check_accounting(server)
     wait_cpus_free(2)
+
+
+# ------------------------------------------------------------------------------------------------ a lost node
+NODE_STORE_BYTES = 80 * 2**20  # each node's object store (CartPole rollouts are a few KB)
+
+
+@pytest.fixture
+def three_nodes():
+    """A Ray cluster on this machine: a head without CPUs (no group lands there) and two worker nodes of 2 CPUs.
+    A node that stops answering is declared dead after about 1.5 s instead of the default 15 s."""
+    from ray.cluster_utils import Cluster
+
+    ray.shutdown()
+    cluster = Cluster(initialize_head=True, head_node_args=dict(
+        num_cpus=0, object_store_memory=NODE_STORE_BYTES, include_dashboard=False,
+        _system_config={"health_check_initial_delay_ms": 0, "health_check_period_ms": 500,
+                        "health_check_failure_threshold": 3}))
+    workers = [cluster.add_node(num_cpus=2, object_store_memory=NODE_STORE_BYTES) for _ in range(2)]
+    ray.init(address=cluster.address, log_to_driver=False)
+    yield cluster, workers
+    ray.shutdown()
+    cluster.shutdown()
+
+
+def test_lost_node_groups_restart_elsewhere_with_fresh_seeds(three_nodes, tmp_path):
+    """Three groups over two worker nodes (2 + 1); the node with two is removed without warning: their calls are
+    counted lost, one group restarts on the other node with new seeds while training goes on, the other waits for
+    a CPU until a third node joins, and the accounting stays exact."""
+    cluster, workers = three_nodes
+    cfg = cluster_cfg(tmp_path, "ATARI_GAME=CartPole-v1", "MAX_SECONDS=300", "CLUSTER_AGENT_GROUPS=3",
+                      "TRAINING_MIN_BATCH_SIZE=32")
+    run = Running(cfg)
+    server = run.server
+    cl = run.cluster()
+    run.wait_for(lambda: cl.live_groups() == 3 and cl.rollouts >= 10, "rollouts from three live groups")
+    node_of = {g.id: g.starts[-1]["node"] for g in cl.groups}
+    assert sorted(node_of.values()) != sorted(set(node_of.values())) and \
+        set(node_of.values()) == {w.node_id for w in workers}  # 2 + 1: both nodes have groups
+    doomed = max(workers, key=lambda w: list(node_of.values()).count(w.node_id))
+    other = next(w for w in workers if w is not doomed)
+    victims = [g for g in cl.groups if node_of[g.id] == doomed.node_id]
+    first_seeds = {g.id: g.starts[0]["seeds"] for g in cl.groups}
+    assert all(not g.starts[0]["restarted"] for g in cl.groups)
+    assert len(set(s for seeds in first_seeds.values() for s in seeds)) == 3 * cfg.CLUSTER_ENVS_PER_GROUP
+    lost, restarts = cl.lost_rollouts, cl.restarts
+
+    cluster.remove_node(doomed, allow_graceful=False)
+    logging.getLogger("ga3c").info("test: node %s removed", doomed.node_id[:12])  # times in the log
+    run.wait_for(lambda: cl.restarts >= restarts + 2, "both groups' deaths to be seen")
+    run.wait_for(lambda: any(g.live for g in victims), "one group to restart on the other node")
+    moved = next(g for g in victims if g.live)
+    waiting = next(g for g in victims if g is not moved)
+    assert moved.starts[-1]["node"] == other.node_id and moved.starts[-1]["restarted"]
+    assert not set(moved.starts[-1]["seeds"]) & set(first_seeds[moved.id])  # fresh seeds, reported
+    assert not waiting.live and len(waiting.starts) == 1  # no CPU left for the other: it waits
+    assert cl.lost_rollouts >= lost + 2  # each dead group had a call in flight or sent one to the dead actor
+    rollouts, trained = cl.rollouts, server.shared.counters[sb.C_TRAINED]
+    run.wait_for(lambda: cl.rollouts >= rollouts + 20 and server.shared.counters[sb.C_TRAINED] > trained,
+                 "training to go on with two groups")
+
+    joined = cluster.add_node(num_cpus=2, object_store_memory=NODE_STORE_BYTES)
+    logging.getLogger("ga3c").info("test: node %s joined", joined.node_id[:12])
+    run.wait_for(lambda: waiting.live and cl.live_groups() == 3, "the waiting group to be placed on the new node")
+    assert waiting.starts[-1]["node"] == joined.node_id and waiting.starts[-1]["restarted"]
+    assert not set(waiting.starts[-1]["seeds"]) & set(first_seeds[waiting.id])
+    assert waiting.starts[-1]["seeds"] != moved.starts[-1]["seeds"]
+    assert server.shared.counters[sb.C_CLUSTER_GROUPS] == 3
+    assert run.stop() == 0
+    assert cl.failure is None
+    check_accounting(server)
