@@ -384,8 +384,10 @@ class NetworkVP:
             advantages = returns - values.detach()
         else:
             advantages = advantages.to(self.device, torch.float32).detach()
-        if self.normalize_advantages and advantages.numel() > 1:
-            advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+        if self.normalize_advantages:  # one sample has no standard deviation: it is only centred (to 0)
+            advantages = advantages - advantages.mean()
+            if advantages.numel() > 1:
+                advantages = advantages / (advantages.std() + 1e-8)
         log_pi_a = log_pi.gather(1, actions.view(-1, 1)).squeeze(1)
         entropy = -(pi * log_pi).sum(dim=1)
         loss_p = -(log_pi_a * advantages + beta * entropy).sum()

@@ -125,8 +125,8 @@ class SharedBuffers:
 
     NAMES = (
         "obs", "policy", "value", "version", "agent_steps", "agent_time", "stop", "agent_slot", "agent_taken",
-        "exp_states", "exp_actions", "exp_returns", "exp_advantages", "exp_rewards", "exp_done", "exp_truncated", "exp_logp",
-        "exp_version",
+        "exp_states", "exp_actions", "exp_returns", "exp_advantages", "exp_rewards", "exp_done", "exp_truncated",
+        "exp_logp", "exp_version",
         "counters",
         "h", "c", "exp_h0", "exp_c0",
     )
