@@ -1,6 +1,6 @@
 """Real CartPole runs with the opt-in learning options (GAE, advantage normalisation, value-loss weight, mean
 losses, Adam): each ends cleanly with every transition accounted for, saves Adam's state in its checkpoint and
-resumes from it. Their arithmetic is tested against hand-computed values in test_experience.py (GAE),
+resumes from it, and play loads it. Their arithmetic is tested against hand-computed values in test_experience.py (GAE),
 test_network.py (losses, Adam), test_data_path.py, test_lstm.py and test_ray_cluster.py (GAE through the paths)."""
 
 from __future__ import annotations
@@ -46,3 +46,10 @@ def test_cartpole_runs_and_resumes_with_every_option(tmp_path, tag, network):
     updates = again["counters"]["updates"]
     assert updates > first["counters"]["updates"]
     assert all(float(v["step"]) == updates for v in again["network"]["optimizers"][0]["state"].values())
+
+    # play takes the checkpoint's optimizer (nothing trains there): no warning about a changed optimizer
+    rc, out, err = run_ga3c(["PLAY_MODE=True", "ATARI_GAME=CartPole-v1", "DEVICE=cpu", "PLAY_EPISODES=1",
+                             "VIDEO_PATH=play.mp4"], tmp_path, env=env)
+    assert rc == 0, tail(err)
+    assert "using the checkpoint's OPTIMIZER='adam'" in err and "OPTIMIZER changed" not in err, tail(err)
+    assert out.count("episode ") == 1
