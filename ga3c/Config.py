@@ -131,6 +131,25 @@ class Config:
     # Training starts once the gathered batch is larger than this
     TRAINING_MIN_BATCH_SIZE = 0
 
+    # (new) Generalised advantage estimation's lambda (Schulman et al. 2016): the agents compute lambda-returns
+    # (the value targets) and GAE advantages (the policy loss's) with the values they acted with; 1.0 = off, the
+    # original's n-step returns with advantage R - V. Not with POLICY_LAG_CORRECTION='vtrace'
+    GAE_LAMBDA = 1.0
+    # (new) Normalise the advantages of each training batch, (A - mean) / (std + 1e-8), as the PPO and A2C of
+    # OpenAI baselines, Stable-Baselines3 and CleanRL do
+    NORMALIZE_ADVANTAGES = False
+    # (new) Weight of the value loss 0.5 * sum((R - V)^2); 1.0 = the original's (the A3C paper's and
+    # baselines' 0.5 * mean((R - V)^2) is 1.0 with LOSS_REDUCTION='mean')
+    VALUE_LOSS_COEF = 1.0
+    # (new) 'sum' (the original's: losses summed over the batch) or 'mean' (averaged, as most implementations
+    # since: the step size then does not grow with the batch)
+    LOSS_REDUCTION = 'sum'
+    # (new) 'rmsprop_tf' (the original's TensorFlow RMSProp, above) or 'adam' (torch.optim.Adam, betas 0.9 and
+    # 0.999, as PPO implementations use; not with DUAL_RMSPROP)
+    OPTIMIZER = 'rmsprop_tf'
+    # (new) Adam's epsilon with OPTIMIZER='adam' (CleanRL's PPO uses 1e-5; torch's default is 1e-8)
+    ADAM_EPSILON = 1e-5
+
     # (new) Correction of the policy lag: 'none' (the faithful algorithm) or 'vtrace' (IMPALA)
     POLICY_LAG_CORRECTION = 'none'
     # (new) V-trace clipping thresholds (rho-bar and c-bar)

@@ -12,6 +12,11 @@ unrolls the blocks it is given (truncated back-propagation through each).
 Losses are the original's, SUMS over the batch:
     value   0.5 * sum((R - V)^2)
     policy  -sum(log_pi(a) * adv + beta * H(pi)),  H(pi) = -sum_a pi * log_pi
+adv = R - V (V of the network being trained, without gradient) unless the trainer hands advantages (V-trace's,
+GAE's). Opt-in, off by default: NORMALIZE_ADVANTAGES ((adv - mean) / (std + 1e-8) over the batch, std with
+Bessel's correction, as torch's .std() in CleanRL's and Stable-Baselines3's PPO and A2C), VALUE_LOSS_COEF (the
+value loss's weight, 1.0 = the original's), LOSS_REDUCTION='mean' (both losses divided by the batch size, as most
+implementations since do), OPTIMIZER='adam' (torch.optim.Adam with ADAM_EPSILON, instead of TF's RMSProp).
     log_pi = log(pi + LOG_EPSILON) (the paper's form; the original's code clamped, log(max(pi, LOG_EPSILON)), which
     zeroes the gradient below LOG_EPSILON), with
     pi = (softmax + MIN_POLICY) / (1 + MIN_POLICY * A); or, with USE_LOG_SOFTMAX, log_pi = log_softmax(logits) and
@@ -293,14 +298,44 @@ class NetworkVP:
         self.dual = bool(cfg.DUAL_RMSPROP)
         self.use_grad_clip = bool(cfg.USE_GRAD_CLIP)
         self.grad_clip_norm = float(cfg.GRAD_CLIP_NORM)
+        self.normalize_advantages = bool(cfg.NORMALIZE_ADVANTAGES)
+        self.value_loss_coef = float(cfg.VALUE_LOSS_COEF)
+        self.mean_loss = cfg.LOSS_REDUCTION == 'mean'
+        self.optimizer_kind = cfg.OPTIMIZER
+        if self.dual and self.optimizer_kind != 'rmsprop_tf':
+            raise ConfigError("DUAL_RMSPROP=True needs OPTIMIZER='rmsprop_tf'")
         self.optimizers = [self._make_optimizer() for _ in range(2 if self.dual else 1)]
         self._lock = threading.Lock()
         self.version = 0
 
     # ------------------------------------------------------------------ helpers
-    def _make_optimizer(self) -> RMSPropTF:
+    def _make_optimizer(self) -> torch.optim.Optimizer:
+        if self.optimizer_kind == 'adam':
+            return torch.optim.Adam(self._params, lr=float(self.cfg.LEARNING_RATE_START),
+                                    eps=float(self.cfg.ADAM_EPSILON))
         return RMSPropTF(self._params, lr=float(self.cfg.LEARNING_RATE_START), decay=float(self.cfg.RMSPROP_DECAY),
                          momentum=float(self.cfg.RMSPROP_MOMENTUM), eps=float(self.cfg.RMSPROP_EPSILON))
+
+    def _settings(self) -> dict:
+        """The optimizer's settings other than the learning rate, as this run's configuration gives them."""
+        if self.optimizer_kind == 'adam':
+            return dict(eps=float(self.cfg.ADAM_EPSILON))
+        return dict(decay=float(self.cfg.RMSPROP_DECAY), momentum=float(self.cfg.RMSPROP_MOMENTUM),
+                    eps=float(self.cfg.RMSPROP_EPSILON))
+
+    @staticmethod
+    def _step(opt: torch.optim.Optimizer, grads: list[torch.Tensor | None]) -> None:
+        """One optimizer step on `grads` (called under the lock): RMSPropTF takes them as they are; Adam reads
+        .grad, which is set for the step and cleared after it."""
+        if isinstance(opt, RMSPropTF):
+            opt.step(grads=grads)
+            return
+        params = opt.param_groups[0]['params']
+        for p, g in zip(params, grads, strict=True):
+            p.grad = g
+        opt.step()
+        for p in params:
+            p.grad = None
 
     def _autocast(self):
         if self.bf16:
@@ -341,7 +376,7 @@ class NetworkVP:
 
     def losses(self, logits: torch.Tensor, values: torch.Tensor, actions: torch.Tensor, returns: torch.Tensor,
                beta: float, advantages: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
-        """The original's losses (sums over the batch), in fp32, as tensors."""
+        """The original's losses (sums over the batch), in fp32, as tensors, with the opt-in options above."""
         logits, values = logits.float(), values.float()
         pi, log_pi = self._policy(logits)
         log_pi = self._log_pi(pi, log_pi)
@@ -349,10 +384,18 @@ class NetworkVP:
             advantages = returns - values.detach()
         else:
             advantages = advantages.to(self.device, torch.float32).detach()
+        if self.normalize_advantages:  # one sample has no standard deviation: it is only centred (to 0)
+            advantages = advantages - advantages.mean()
+            if advantages.numel() > 1:
+                advantages = advantages / (advantages.std() + 1e-8)
         log_pi_a = log_pi.gather(1, actions.view(-1, 1)).squeeze(1)
         entropy = -(pi * log_pi).sum(dim=1)
         loss_p = -(log_pi_a * advantages + beta * entropy).sum()
         loss_v = 0.5 * (returns - values).square().sum()
+        if self.value_loss_coef != 1.0:
+            loss_v = self.value_loss_coef * loss_v
+        if self.mean_loss:
+            loss_p, loss_v = loss_p / values.shape[0], loss_v / values.shape[0]
         return dict(loss_policy=loss_p, loss_value=loss_v, entropy=entropy.mean(), value_mean=values.mean())
 
     # ------------------------------------------------------------------ public API
@@ -410,7 +453,7 @@ class NetworkVP:
             for opt, grads in zip(self.optimizers, grad_sets, strict=True):
                 for group in opt.param_groups:
                     group['lr'] = lr
-                opt.step(grads=grads)
+                self._step(opt, grads)
             self.version += 1
             version = self.version
         stats = torch.stack([loss_p.detach(), loss_v.detach(), out['entropy'].detach(), grad_norm.detach(),
@@ -440,6 +483,7 @@ class NetworkVP:
         with self._lock:
             return dict(kind=self.kind,
                         model=_clone_tree(dict(self.model.state_dict()), 'cpu'),
+                        optimizer=self.optimizer_kind,
                         optimizers=[_clone_tree(opt.state_dict(), 'cpu') for opt in self.optimizers],
                         version=int(self.version))
 
@@ -454,12 +498,16 @@ class NetworkVP:
                 first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
                 raise CheckpointError(f"the checkpoint's network does not fit this one: {first}") from None
             opts = d.get('optimizers') or []
-            if len(opts) == len(self.optimizers):
+            kind = d.get('optimizer', 'rmsprop_tf')  # checkpoints from before OPTIMIZER hold TF's RMSProp
+            if kind != self.optimizer_kind:
+                log.warning("the checkpoint's optimizer is %r, this run uses %r (OPTIMIZER changed): the optimizer "
+                            "starts afresh", kind, self.optimizer_kind)
+                self.optimizers = [self._make_optimizer() for _ in self.optimizers]
+            elif len(opts) == len(self.optimizers):
                 for opt, s in zip(self.optimizers, opts, strict=True):
                     opt.load_state_dict(s)
                     for group in opt.param_groups:  # this run's settings win over the checkpoint's
-                        group.update(decay=float(self.cfg.RMSPROP_DECAY), momentum=float(self.cfg.RMSPROP_MOMENTUM),
-                                     eps=float(self.cfg.RMSPROP_EPSILON))
+                        group.update(self._settings())
             else:
                 log.warning("the checkpoint has %d optimizer state(s), this run uses %d (DUAL_RMSPROP changed): "
                             "the optimizer starts afresh", len(opts), len(self.optimizers))

@@ -43,9 +43,11 @@ log = logging.getLogger("ga3c")
 DEFAULT_VIDEO = "play.mp4"
 WINDOW_NAME = "ga3c"
 WINDOW_TARGET_SIZE = 640  # the window scales the screen up by a whole factor to about this many pixels
-# Settings that shape the network or its input: play takes the checkpoint's, since no other value can load it.
+# Settings that shape the network or its input: play takes the checkpoint's, since no other value can load it
+# (and the optimizer's, so that its state loads without a warning about a change that play does not use).
 ADOPTED_SETTINGS = ("STACKED_FRAMES", "IMAGE_HEIGHT", "IMAGE_WIDTH", "RESIZE_INTERPOLATION", "FRAME_RESCALE",
-                    "MLP_HIDDEN_SIZE", "MIN_POLICY", "USE_LOG_SOFTMAX", "NETWORK_TYPE", "LSTM_SIZE")
+                    "MLP_HIDDEN_SIZE", "MIN_POLICY", "USE_LOG_SOFTMAX", "NETWORK_TYPE", "LSTM_SIZE", "OPTIMIZER",
+                    "DUAL_RMSPROP")
 # Settings of the game itself: the user's win (an evaluation may change them on purpose), with a warning.
 WARNED_SETTINGS = ("FRAMESKIP", "REPEAT_ACTION_PROBABILITY")
 

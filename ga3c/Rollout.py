@@ -2,7 +2,8 @@
 
 It steps E environments given each step's (policy, value, version), holds the rollout's [T, E] buffers, keeps
 the episodes' accounting, clips the rewards, flags terminal and time-limit steps, and computes the n-step returns
-once the next prediction's value is known (the bootstrap). It imports no torch: agents stay small processes.
+once the next prediction's value is known (the bootstrap), or with GAE_LAMBDA < 1 the lambda-returns and
+the GAE advantages. It imports no torch: agents stay small processes.
 
 Where the observations and the recurrent state live is the caller's: an agent process hands its shared
 observation slot and its shared (h, c) rows, so that a predictor reads them in place; a Ray agent group hands
@@ -37,6 +38,7 @@ class Rollout:
         self.env_seconds = env_seconds
         tmax, n = int(cfg.TIME_MAX), len(self.envs)
         self.tmax = tmax
+        self.lam = float(cfg.GAE_LAMBDA)
         self.t = 0
         self.states = np.empty((tmax + 1,) + obs.shape, dtype=obs.dtype)
         self.actions = np.zeros((tmax, n), dtype=np.int64)
@@ -118,14 +120,17 @@ class Rollout:
     def take(self, bootstrap: np.ndarray) -> dict[str, np.ndarray]:
         """The rollout's first t steps (views, valid until the next act) with their n-step returns bootstrapped
         from `bootstrap` (V of the observations after them), the observations after them as states[t], and with
-        a recurrent network its start state h0, c0; then a new rollout starts."""
+        a recurrent network its start state h0, c0; then a new rollout starts. With GAE_LAMBDA < 1 the returns
+        are lambda-returns and `advantages` holds the GAE advantages (returns - the values acted with)."""
         n = self.t
         self.states[n] = self.obs
         out = dict(steps=n, states=self.states[:n + 1], actions=self.actions[:n], rewards=self.rewards[:n],
                    done=self.terminated[:n], truncated=self.truncated[:n], values=self.values[:n],
                    logp=self.logp[:n], versions=self.versions[:n],
                    returns=n_step_returns(self.rewards[:n], self.terminated[:n], self.truncated[:n],
-                                          self.values[:n], bootstrap, self.cfg.DISCOUNT))
+                                          self.values[:n], bootstrap, self.cfg.DISCOUNT, self.lam))
+        if self.lam != 1.0:
+            out["advantages"] = out["returns"] - self.values[:n]
         if self.state is not None:
             out["h0"], out["c0"] = self.start_state
             self.start_state, self.next_state = self.next_state, self.start_state
@@ -139,6 +144,8 @@ def write_slot(sh: sb.SharedBuffers, s: int, cols: slice, out: dict, versions) -
     sh.exp_states[s, :n + 1] = out["states"][:, cols]
     sh.exp_actions[s, :n] = out["actions"][:, cols]
     sh.exp_returns[s, :n] = out["returns"][:, cols]
+    if "advantages" in out:
+        sh.exp_advantages[s, :n] = out["advantages"][:, cols]
     sh.exp_rewards[s, :n] = out["rewards"][:, cols]
     sh.exp_done[s, :n] = out["done"][:, cols]
     sh.exp_truncated[s, :n] = out["truncated"][:, cols]

@@ -109,7 +109,7 @@ class Layout:
         item = np.dtype(self.state_dtype).itemsize * int(np.prod(self.state_shape))
         hc = self.envs * self.recurrent * 4 * 2  # (h, c) in float32
         per_agent = self.envs * item + self.envs * (self.num_actions + 1) * 4 + 36 + 8 * N_AGENT_TIMES + hc
-        per_slot = (self.time_max + 1) * self.envs * item + self.time_max * self.envs * (8 + 4 * 3 + 8 + 2) + 8 + hc
+        per_slot = (self.time_max + 1) * self.envs * item + self.time_max * self.envs * (8 + 4 * 4 + 8 + 2) + 8 + hc
         return self.max_agents * per_agent + self.slots * per_slot + N_COUNTERS * 8
 
 
@@ -125,8 +125,8 @@ class SharedBuffers:
 
     NAMES = (
         "obs", "policy", "value", "version", "agent_steps", "agent_time", "stop", "agent_slot", "agent_taken",
-        "exp_states", "exp_actions", "exp_returns", "exp_rewards", "exp_done", "exp_truncated", "exp_logp",
-        "exp_version",
+        "exp_states", "exp_actions", "exp_returns", "exp_advantages", "exp_rewards", "exp_done", "exp_truncated",
+        "exp_logp", "exp_version",
         "counters",
         "h", "c", "exp_h0", "exp_c0",
     )
@@ -158,6 +158,7 @@ class SharedBuffers:
             "exp_states": ((n, t + 1, e) + s, layout.state_dtype),
             "exp_actions": ((n, t, e), np.int64),
             "exp_returns": ((n, t, e), np.float32),
+            "exp_advantages": ((n, t, e), np.float32),  # GAE's (GAE_LAMBDA < 1); unused otherwise
             "exp_rewards": ((n, t, e), np.float32),
             "exp_done": ((n, t, e), np.uint8),
             "exp_truncated": ((n, t, e), np.uint8),  # the episode was cut by a time limit at this step

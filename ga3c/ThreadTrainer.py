@@ -17,6 +17,10 @@ trace needs a contiguous run of steps up to the bootstrap state): the rest of th
 dropped transitions are counted as in the faithful path. As versions only grow along a rollout, this drops the
 same transitions as the faithful path. The rollouts' own n-step returns are not used by V-trace.
 
+With GAE_LAMBDA < 1 (generalised advantage estimation, both paths) the rollouts' returns are lambda-returns, the
+value targets, and their GAE advantages, computed by the agent with the values it acted with, are the policy
+loss's advantages (instead of the returns minus the current network's values).
+
 The LSTM network trains by truncated back-propagation through each block: it is unrolled from the rollouts'
 stored start states, the state zeroed after every terminal or time-limit step (not-done masks), as the agents
 zeroed it. When MAX_POLICY_LAG drops a stale prefix of a rollout, the state at the first kept step is that of
@@ -103,6 +107,9 @@ class ThreadTrainer(threading.Thread):
         returns = torch.empty(capacity, dtype=torch.float32, pin_memory=pin)
         states_np, actions_np, returns_np = states.numpy(), actions.numpy(), returns.numpy()
         versions = np.empty(capacity, dtype=np.int64)
+        gae = cfg.GAE_LAMBDA != 1.0
+        advantages = torch.empty(capacity if gae else 0, dtype=torch.float32, pin_memory=pin)
+        advantages_np = advantages.numpy()
 
         def take(slot: int, steps: int, n: int) -> None:
             count = steps * lay.envs
@@ -111,10 +118,13 @@ class ThreadTrainer(threading.Thread):
             actions_np[n:end] = sh.exp_actions[slot, :steps].reshape(count)
             returns_np[n:end] = sh.exp_returns[slot, :steps].reshape(count)
             versions[n:end] = sh.exp_version[slot, :steps].reshape(count)
+            if gae:
+                advantages_np[n:end] = sh.exp_advantages[slot, :steps].reshape(count)
 
-        self._loop(take, lambda n: self._train(states, actions, returns, versions, n))
+        self._loop(take, lambda n: self._train(states, actions, returns, versions, n, advantages if gae else None))
 
-    def _train(self, states, actions, returns, versions, n: int) -> None:
+    def _train(self, states, actions, returns, versions, n: int, advantages: torch.Tensor | None = None) -> None:
+        """Trains on the first n transitions gathered (with GAE, on their GAE advantages too)."""
         srv, cfg = self.server, self.server.cfg
         lag = srv.network.version - versions[:n]
         dropped = 0
@@ -124,11 +134,14 @@ class ThreadTrainer(threading.Thread):
             if dropped:
                 index = torch.from_numpy(np.flatnonzero(keep))
                 states, actions, returns = states[index], actions[index], returns[index]
+                if advantages is not None:
+                    advantages = advantages[index]
                 lag = lag[keep]
         used = n - dropped
         scalars = None
         if used:
-            scalars = srv.network.train(states[:used], actions[:used], returns[:used], srv.learning_rate, srv.beta)
+            scalars = srv.network.train(states[:used], actions[:used], returns[:used], srv.learning_rate, srv.beta,
+                                        advantages=None if advantages is None else advantages[:used])
         self._count(dropped, used, lag, scalars)
 
     def _count(self, dropped: int, used: int, lag: np.ndarray | None, scalars: dict | None) -> None:
@@ -160,6 +173,7 @@ class ThreadTrainer(threading.Thread):
             states=np.empty((cap, tmax + 1) + sh.exp_states.shape[2:], dtype=sh.exp_states.dtype),
             actions=np.empty((cap, tmax, envs), dtype=np.int64),
             returns=np.empty((cap, tmax, envs), dtype=np.float32),
+            advantages=np.empty((cap, tmax, envs), dtype=np.float32),
             rewards=np.empty((cap, tmax, envs), dtype=np.float32),
             done=np.empty((cap, tmax, envs), dtype=np.uint8),
             truncated=np.empty((cap, tmax, envs), dtype=np.uint8),
@@ -169,9 +183,11 @@ class ThreadTrainer(threading.Thread):
             c0=np.empty((cap, envs, lay.recurrent), dtype=np.float32),
         )
         lengths = np.empty(cap, dtype=np.int64)
-        names = ("actions", "returns", "rewards", "done", "truncated", "logp", "versions")
+        names = ("actions", "returns", "rewards", "done", "truncated", "logp", "versions", "advantages")
         sources = dict(zip(names, (sh.exp_actions, sh.exp_returns, sh.exp_rewards, sh.exp_done, sh.exp_truncated,
-                                   sh.exp_logp, sh.exp_version), strict=True))
+                                   sh.exp_logp, sh.exp_version, sh.exp_advantages), strict=True))
+        if cfg.GAE_LAMBDA == 1.0:
+            names = names[:-1]
         count = [0]  # rollouts in the batch being gathered
 
         def take(slot: int, steps: int, n: int) -> None:
@@ -222,6 +238,7 @@ class ThreadTrainer(threading.Thread):
         srv, cfg = self.server, self.server.cfg
         net = srv.network
         vtrace = cfg.POLICY_LAG_CORRECTION == 'vtrace'
+        gae = cfg.GAE_LAMBDA != 1.0
         rollouts = len(lengths)
         envs = buf["actions"].shape[2]
         lag = net.version - buf["versions"][:rollouts]  # [R, T, E]; only the first lengths[i] steps are real
@@ -251,7 +268,8 @@ class ThreadTrainer(threading.Thread):
                     rows = rows[:m]  # the n-step returns need no bootstrap state
                 states = torch.from_numpy(buf["states"][cols, rows].reshape((-1,) + buf["states"].shape[3:]))
                 block = {name: torch.from_numpy(buf[name][cols, rows[:m]].reshape(m, width)).to(net.device)
-                         for name in ("actions", "returns", "rewards", "done", "truncated", "logp")}
+                         for name in ("actions", "returns", "rewards", "done", "truncated", "logp")
+                         + (("advantages",) if gae else ())}
                 actions = block["actions"]
                 if recurrent:
                     select = torch.from_numpy(idx).to(net.device)
@@ -273,6 +291,8 @@ class ThreadTrainer(threading.Thread):
                                                     values[m], discounts, float(cfg.VTRACE_RHO), float(cfg.VTRACE_C),
                                                     truncated=block["truncated"].bool())
                     parts.append((states[:m * width], actions.view(-1), vs.view(-1), advantages.view(-1)))
+                elif gae:
+                    parts.append((states, actions.view(-1), block["returns"].view(-1), block["advantages"].view(-1)))
                 else:
                     parts.append((states, actions.view(-1), block["returns"].view(-1)))
                 lags.append(lag[cols, rows[:m]].reshape(-1))
@@ -283,7 +303,7 @@ class ThreadTrainer(threading.Thread):
             else:
                 batch = tuple(torch.cat(p) for p in zip(*parts, strict=True))
             lag_used = np.concatenate(lags)
-            advantages = batch[3] if vtrace else None
+            advantages = batch[3] if vtrace or gae else None
             extra = dict(sequences=sequences) if recurrent else {}
             scalars = net.train(batch[0], batch[1], batch[2], srv.learning_rate, srv.beta, advantages=advantages,
                                 **extra)

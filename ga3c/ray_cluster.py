@@ -7,10 +7,11 @@ a CPU copy of the policy (one torch thread), so a whole TIME_MAX rollout is acte
 a per-step remote prediction would be a few hundred bytes of work for a Ray task, far below Ray's task-size
 guideline, and would add a network round trip to every step. A rollout comes back as numpy arrays through Ray's
 object store: states uint8 [T+1, E, ...] (the bootstrap state included), actions, n-step returns bootstrapped
-with V as ProcessAgent computes them, clipped rewards, terminal and time-limit flags, the acting policy's
-log-probabilities (log(pi(a) + 1e-20), as ProcessAgent) and the version of the weights that acted, plus the episodes
-it finished. The acting loop is `ga3c/Rollout.py`'s, the agent processes' own. With the LSTM network the group
-carries its environments' recurrent state itself, and each rollout brings the state it started from (h0, c0).
+with V as ProcessAgent computes them (lambda-returns and GAE advantages with GAE_LAMBDA < 1), clipped rewards,
+terminal and time-limit flags, the acting policy's log-probabilities (log(pi(a) + 1e-20), as ProcessAgent) and the
+version of the weights that acted, plus the episodes it finished. The acting loop is `ga3c/Rollout.py`'s, the
+agent processes' own. With the LSTM network the group carries its environments' recurrent state itself, and
+each rollout brings the state it started from (h0, c0).
 
 `ThreadRayAgents`, a thread in the main process, keeps PIPELINE_DEPTH rollout calls queued on every group,
 `ray.wait`s on them, and writes each rollout into experience slots exactly as an agent process does: a free slot
@@ -174,6 +175,8 @@ class AgentGroup:
                       steps=out["steps"], episodes=episodes, seconds=time.perf_counter() - start)
         if self.state is not None:
             result["h0"], result["c0"] = out["h0"].copy(), out["c0"].copy()
+        if "advantages" in out:
+            result["advantages"] = out["advantages"]
         return result
 
     def close(self) -> None:

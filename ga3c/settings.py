@@ -392,10 +392,21 @@ def validate(cfg: Config, *, sources: Mapping[str, str] | None = None) -> None:
     positive('GRAD_CLIP_NORM')
     at_least('LOG_EPSILON', 0)
     at_least('TRAINING_MIN_BATCH_SIZE', 0)
+    fraction('GAE_LAMBDA', closed=True)
+    positive('VALUE_LOSS_COEF')
+    one_of('LOSS_REDUCTION', ('sum', 'mean'))
+    one_of('OPTIMIZER', ('rmsprop_tf', 'adam'))
+    positive('ADAM_EPSILON')
+    _check(not (cfg.DUAL_RMSPROP and cfg.OPTIMIZER != 'rmsprop_tf'), cfg, 'DUAL_RMSPROP',
+           "False with OPTIMIZER='adam' (two optimizers, one per loss, are the original's RMSProp variant)",
+           "set DUAL_RMSPROP=False or OPTIMIZER='rmsprop_tf'", src)
     one_of('POLICY_LAG_CORRECTION', ('none', 'vtrace'))
     positive('VTRACE_RHO')
     positive('VTRACE_C')
     at_least('MAX_POLICY_LAG', 0, '0 = keep all')
+    _check(cfg.GAE_LAMBDA == 1.0 or cfg.POLICY_LAG_CORRECTION != 'vtrace', cfg, 'GAE_LAMBDA',
+           "1.0 with POLICY_LAG_CORRECTION='vtrace' (V-trace computes its own targets and advantages)",
+           "set GAE_LAMBDA=1.0 or POLICY_LAG_CORRECTION='none'", src)
     at_least('MLP_HIDDEN_SIZE', 1)
     one_of('NETWORK_TYPE', ('feedforward', 'lstm'))
     at_least('LSTM_SIZE', 1)

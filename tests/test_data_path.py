@@ -201,7 +201,8 @@ def run_agent_here(cfg, stop_at: int) -> AgentRun:
             states=sh.exp_states[slot, :n + 1].copy(), actions=sh.exp_actions[slot, :n].copy(),
             returns=sh.exp_returns[slot, :n].copy(), rewards=sh.exp_rewards[slot, :n].copy(),
             done=sh.exp_done[slot, :n].copy(), truncated=sh.exp_truncated[slot, :n].copy(),
-            logp=sh.exp_logp[slot, :n].copy(), versions=sh.exp_version[slot, :n].copy()))
+            logp=sh.exp_logp[slot, :n].copy(), versions=sh.exp_version[slot, :n].copy(),
+            advantages=sh.exp_advantages[slot, :n].copy()))
     for conn in (req_r, req_w, rep_r, free_r, free_w, exp_r, exp_w, ep_r, ep_w):
         conn.close()
     return AgentRun(cfg, sh, agent_id, list(StepEnv.made), predictor, records, rollouts, episodes)
@@ -224,6 +225,25 @@ def reference_returns(rewards, terminated, truncated, values, bootstrap, gamma) 
     return out
 
 
+def reference_gae(rewards, terminated, truncated, values, bootstrap, gamma, lam) -> np.ndarray:
+    """GAE advantages (Schulman et al. 2016) one env and one step at a time: A_t = delta_t + gamma * lam * A_{t+1},
+    delta_t = r_t + gamma * V_next - V_t, the sum ending with the episode (terminal: V_next = 0; time limit: V_next
+    = V_t, as the n-step returns) or with the rollout (V_next = the bootstrap)."""
+    steps, envs = rewards.shape
+    out = np.zeros((steps, envs))
+    for e in range(envs):
+        following, v_next = 0.0, float(bootstrap[e])
+        for t in range(steps - 1, -1, -1):
+            if terminated[t, e]:
+                following, v_next = 0.0, 0.0
+            elif truncated[t, e]:
+                following, v_next = 0.0, values[t, e]
+            following = rewards[t, e] + gamma * v_next - values[t, e] + gamma * lam * following
+            out[t, e] = following
+            v_next = values[t, e]
+    return out
+
+
 def expected_steps(run: AgentRun, steps: int, time_limit: int | None) -> dict:
     """What the environments' logs and the script say about each step k < `steps`, [steps, E] arrays."""
     cfg, envs = run.cfg, run.cfg.ENVS_PER_AGENT
@@ -243,6 +263,25 @@ def expected_steps(run: AgentRun, steps: int, time_limit: int | None) -> dict:
         values=np.array([step_value(k, envs) for k in range(steps)]).reshape(steps, envs),
         logp=np.log(np.take_along_axis(policies, actions[..., None], axis=2)[..., 0] + 1e-20),
         versions=np.array([[step_version(k)] * envs for k in range(steps)]).reshape(steps, envs))
+
+
+def test_agent_writes_gae_advantages_and_lambda_returns():
+    """With GAE_LAMBDA < 1 each slot holds the GAE advantages of its steps (with the values the agent acted with)
+    and, as returns, the lambda-returns advantage + V; episode ends of both kinds inside the rollouts."""
+    tmax, envs, gamma, lam, stop_at = 5, 2, 0.9, 0.8, 23
+    run = run_agent_here(agent_cfg(SHORT, f"TIME_MAX={tmax}", f"ENVS_PER_AGENT={envs}", f"GAE_LAMBDA={lam}"), stop_at)
+    exp = expected_steps(run, stop_at, TIME_LIMIT)
+    assert exp["terminated"].any() and exp["truncated"].any()
+    start = 0
+    for got in run.rollouts:
+        n = got["actions"].shape[0]
+        span = slice(start, start + n)
+        adv = reference_gae(exp["rewards"][span], exp["terminated"][span], exp["truncated"][span],
+                            exp["values"][span], step_value(start + n, envs), gamma, lam)
+        np.testing.assert_allclose(got["advantages"], adv, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(got["returns"], adv + exp["values"][span], rtol=1e-5, atol=1e-5)
+        start += n
+    assert start == stop_at
 
 
 @pytest.mark.parametrize("stop_at", [23, 10, 0], ids=["partial-last-rollout", "stop-after-a-full-one", "at-once"])
@@ -392,14 +431,15 @@ def test_predictor_gives_each_agent_its_own_rows_and_the_version_that_computed_t
 
 
 # ------------------------------------------------------------------------------------------------- the trainer
+@pytest.mark.parametrize("gae", [1.0, 0.9], ids=["n-step", "GAE_LAMBDA=0.9"])
 @pytest.mark.parametrize("max_lag", [3, 0], ids=["MAX_POLICY_LAG=3", "MAX_POLICY_LAG=0"])
-def test_trainer_batch_is_the_rollouts_and_max_policy_lag_keeps_its_boundary(max_lag):
+def test_trainer_batch_is_the_rollouts_and_max_policy_lag_keeps_its_boundary(max_lag, gae):
     """Rollouts of several lengths in slots out of order, lags around the limit: the batch train() gets is every
-    kept transition of the rollouts, in order (rollout, step, env), with its own state, action and return; a lag
-    equal to MAX_POLICY_LAG is kept, one more is dropped (0: nothing is dropped)."""
+    kept transition of the rollouts, in order (rollout, step, env), with its own state, action and return (and
+    with GAE its advantage); a lag equal to MAX_POLICY_LAG is kept, one more is dropped (0: nothing is dropped)."""
     tmax, envs, now = 4, 2, 20
     cfg = parse_settings(["ATARI_GAME=CartPole-v1", "DEVICE=cpu", f"TIME_MAX={tmax}", f"ENVS_PER_AGENT={envs}",
-                          f"MAX_POLICY_LAG={max_lag}", "TRAINING_MIN_BATCH_SIZE=1000"])
+                          f"MAX_POLICY_LAG={max_lag}", "TRAINING_MIN_BATCH_SIZE=1000", f"GAE_LAMBDA={gae}"])
     layout = sb.Layout(max_agents=1, slots=6, envs=envs, time_max=tmax, state_shape=(4,), state_dtype="float32",
                        num_actions=2)
     sh = sb.SharedBuffers(mp.get_context("spawn"), layout)
@@ -420,16 +460,18 @@ def test_trainer_batch_is_the_rollouts_and_max_policy_lag_keeps_its_boundary(max
                 sh.exp_states[slot, t, e] = [uid, t, e, slot]
                 sh.exp_actions[slot, t, e] = rng.integers(0, 2)
                 sh.exp_returns[slot, t, e] = rng.normal()
+                sh.exp_advantages[slot, t, e] = rng.normal()
                 sh.exp_version[slot, t, e] = now - lags[t][e]
                 if max_lag == 0 or lags[t][e] <= max_lag:
                     expected.append((uid, int(sh.exp_actions[slot, t, e]), float(sh.exp_returns[slot, t, e]),
-                                     lags[t][e]))
+                                     float(sh.exp_advantages[slot, t, e]), lags[t][e]))
     net = NetworkVP(cfg, (4,), 2, torch.device("cpu"))
     net.version = now
     calls = []
 
     def record_train(states, actions, returns, lr, beta, advantages=None):
-        calls.append((states.clone(), actions.clone(), returns.clone(), advantages))
+        calls.append((states.clone(), actions.clone(), returns.clone(), None if advantages is None else
+                      advantages.clone()))
         return {"loss_total": 0.0}
 
     net.train = record_train
@@ -441,10 +483,13 @@ def test_trainer_batch_is_the_rollouts_and_max_policy_lag_keeps_its_boundary(max
     assert srv.released == [slot for slot, _ in plan]
     assert len(calls) == 1
     states, actions, returns, advantages = calls[0]
-    assert advantages is None
     assert states[:, 0].tolist() == [float(uid) for uid, *_ in expected]
-    assert actions.tolist() == [a for _, a, _, _ in expected]
-    np.testing.assert_array_equal(returns.numpy(), np.array([r for *_, r, _ in expected], dtype=np.float32))
+    assert actions.tolist() == [a for _, a, _, _, _ in expected]
+    np.testing.assert_array_equal(returns.numpy(), np.array([r for _, _, r, _, _ in expected], dtype=np.float32))
+    if gae == 1.0:
+        assert advantages is None
+    else:
+        np.testing.assert_array_equal(advantages.numpy(), np.array([a for *_, a, _ in expected], dtype=np.float32))
     produced = sum(len(lags) * envs for _, lags in plan)
     kept_lags = [lag for *_, lag in expected]
     c = sh.counters

@@ -125,3 +125,87 @@ def test_clip_reward_accepts_numpy_scalars():
     got = clip_reward(np.float64(4.0), -1.0, 1.0)
     assert got == 1.0 and type(got) is float
     assert clip_reward(np.int64(-7), -1.0, 1.0) == -1.0
+
+
+# --- generalised advantage estimation (GAE_LAMBDA < 1) ------------------------------------------------------------
+
+def lam_returns(rewards, values, bootstrap, lam, discount=0.9, terminated=(), truncated=()):
+    steps = len(rewards)
+    col = lambda xs: np.asarray(xs, dtype=np.float32).reshape(steps, 1)  # noqa: E731
+    term = np.zeros((steps, 1), dtype=bool)
+    trunc = np.zeros((steps, 1), dtype=bool)
+    term[list(terminated), 0] = True
+    trunc[list(truncated), 0] = True
+    return n_step_returns(col(rewards), term, trunc, col(values), np.array([bootstrap], dtype=np.float32), discount,
+                          lam)[:, 0]
+
+
+@pytest.mark.parametrize("terminated, truncated, advantages", [
+    # delta_2 = 1 + 0.9*2 + 0.5 = 3.3;  delta_1 = 0 + 0.9*(-0.5) - 1 = -1.45;  delta_0 = 1 + 0.9*1 - 0.5 = 1.4
+    # A_2 = 3.3;  A_1 = -1.45 + 0.45*3.3 = 0.035;  A_0 = 1.4 + 0.45*0.035 = 1.41575
+    ((), (), [1.41575, 0.035, 3.3]),
+    # terminal at step 1: delta_1 = 0 - 1 = -1, the sum stops there;  A_0 = 1.4 + 0.45*(-1) = 0.95
+    ((1,), (), [0.95, -1.0, 3.3]),
+    # cut by a time limit at step 1: V(s_1) stands for the lost next state: delta_1 = 0.9*1 - 1 = -0.1, the sum
+    # stops there;  A_0 = 1.4 + 0.45*(-0.1) = 1.355
+    ((), (1,), [1.355, -0.1, 3.3]),
+])
+def test_gae_by_hand(terminated, truncated, advantages):
+    values = [0.5, 1.0, -0.5]
+    got = lam_returns([1, 0, 1], values, 2.0, 0.5, terminated=terminated, truncated=truncated)
+    np.testing.assert_allclose(got - np.float32(values), advantages, rtol=1e-5, atol=1e-6)
+
+
+def paper_gae(rewards, values, bootstrap, terminated, truncated, gamma, lam):
+    """GAE from its definition (Schulman et al. 2016, eq. 16): A_t = sum_l (gamma*lam)^l delta_{t+l}, the sum
+    running to the end of the episode or of the rollout, delta_k = r_k + gamma * V_next(k) - V(s_k)."""
+    steps, envs = rewards.shape
+    out = np.zeros((steps, envs))
+    for e in range(envs):
+        delta = np.zeros(steps)
+        for k in range(steps):
+            if terminated[k, e]:
+                v_next = 0.0
+            elif truncated[k, e]:
+                v_next = values[k, e]
+            elif k == steps - 1:
+                v_next = bootstrap[e]
+            else:
+                v_next = values[k + 1, e]
+            delta[k] = rewards[k, e] + gamma * v_next - values[k, e]
+        for t in range(steps):
+            for k in range(t, steps):
+                out[t, e] += (gamma * lam) ** (k - t) * delta[k]
+                if terminated[k, e] or truncated[k, e]:
+                    break
+    return out
+
+
+@pytest.mark.parametrize("lam", [0.0, 0.3, 0.95, 1.0])
+def test_gae_matches_its_definition_on_random_rollouts(lam):
+    rng = np.random.default_rng(int(lam * 100))
+    steps, envs, gamma = 12, 5, 0.97
+    rewards = rng.uniform(-1, 1, (steps, envs)).astype(np.float32)
+    values = rng.normal(0, 2, (steps, envs)).astype(np.float32)
+    bootstrap = rng.normal(0, 2, envs).astype(np.float32)
+    terminated = rng.random((steps, envs)) < 0.15
+    truncated = (rng.random((steps, envs)) < 0.15) & ~terminated
+    got = n_step_returns(rewards, terminated, truncated, values, bootstrap, gamma, lam)
+    ref = paper_gae(rewards, values, bootstrap, terminated, truncated, gamma, lam)
+    np.testing.assert_allclose(got - values, ref, rtol=1e-5, atol=1e-5)
+    if lam == 0.0:  # one-step TD: the target is r + gamma * V_next
+        np.testing.assert_allclose(got[:-1][~(terminated | truncated)[:-1]],
+                                   (rewards[:-1] + gamma * values[1:])[~(terminated | truncated)[:-1]], rtol=1e-6)
+
+
+def test_gae_lambda_one_is_the_n_step_returns_to_the_bit():
+    rng = np.random.default_rng(3)
+    steps, envs = 9, 4
+    rewards = rng.uniform(-1, 1, (steps, envs)).astype(np.float32)
+    values = rng.normal(0, 2, (steps, envs)).astype(np.float32)
+    bootstrap = rng.normal(0, 2, envs).astype(np.float32)
+    terminated = rng.random((steps, envs)) < 0.2
+    truncated = (rng.random((steps, envs)) < 0.2) & ~terminated
+    base = n_step_returns(rewards, terminated, truncated, values, bootstrap, 0.99)
+    np.testing.assert_array_equal(n_step_returns(rewards, terminated, truncated, values, bootstrap, 0.99, 1.0), base)
+    assert not np.allclose(n_step_returns(rewards, terminated, truncated, values, bootstrap, 0.99, 0.9), base)

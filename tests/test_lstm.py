@@ -241,11 +241,11 @@ def test_rollouts_store_the_state_of_their_first_prediction(played):
         assert not h.any() and not c.any()
 
 
-@pytest.mark.parametrize("variant", ["faithful", "stale-prefix", "vtrace-stale-prefix"])
+@pytest.mark.parametrize("variant", ["faithful", "stale-prefix", "vtrace-stale-prefix", "gae-stale-prefix"])
 def test_trainer_unroll_gives_the_predictor_outputs(played, variant):
     """The trainer's path reproduces, for every trained step, the policy and value the predictor answered: from
     the stored start state, across episode boundaries, with rollouts of mixed lengths, and with a dropped stale
-    prefix (the state carried over it)."""
+    prefix (the state carried over it). With GAE each step's return and advantage are its slot's."""
     cfg, sh, net, records, calls = played
     cfg = parse_settings([f"{k}={v}" for k, v in (("ATARI_GAME", "CartPole-v1"), ("DEVICE", "cpu"),
                                                    ("NETWORK_TYPE", "lstm"), ("LSTM_SIZE", 16),
@@ -253,10 +253,14 @@ def test_trainer_unroll_gives_the_predictor_outputs(played, variant):
                                                    ("ENVS_PER_AGENT", ENVS), ("PRECISION", cfg.PRECISION),
                                                    ("TRAINING_MIN_BATCH_SIZE", 1000))]
                          + (["MAX_POLICY_LAG=5"] if "stale" in variant else [])
-                         + (["POLICY_LAG_CORRECTION=vtrace"] if "vtrace" in variant else []))
+                         + (["POLICY_LAG_CORRECTION=vtrace"] if "vtrace" in variant else [])
+                         + (["GAE_LAMBDA=0.9"] if "gae" in variant else []))
     stale = {records[1][1]: 3, records[2][1]: 7, records[6][1]: 1}  # slot -> stale leading steps
     version = net.version
     saved = sh.exp_version.copy()
+    sh.exp_advantages[:] = np.random.default_rng(1).normal(size=sh.exp_advantages.shape)
+    slot_of = {sh.exp_states[slot, t, e].tobytes(): (sh.exp_returns[slot, t, e], sh.exp_advantages[slot, t, e])
+               for _, slot, n in records for t in range(n) for e in range(ENVS)}
     if "stale" in variant:
         net.version = 10
         sh.exp_version[:] = 10
@@ -264,12 +268,13 @@ def test_trainer_unroll_gives_the_predictor_outputs(played, variant):
             sh.exp_version[slot, :k] = 0
     host = Host(cfg, sh, net)
     host.records = deque(records)
-    trained = []
+    trained, targets = [], []
 
     def recording_train(states, actions, returns, lr, beta, advantages=None, sequences=None):
         with torch.no_grad():
             logits, values = net._forward_train(states, None, sequences)
         trained.append((states, logits, values, sequences))
+        targets.append((returns.clone(), None if advantages is None else advantages.clone()))
         return {"loss_total": 0.0}
 
     net.train = recording_train
@@ -294,6 +299,13 @@ def test_trainer_unroll_gives_the_predictor_outputs(played, variant):
     atol = 1e-5 if cfg.PRECISION == "fp32" else BF16_ATOL
     np.testing.assert_allclose(policy.numpy(), expected, atol=atol, rtol=0)
     np.testing.assert_allclose(values.float().numpy(), expected_v, atol=atol, rtol=0)
+    returns, advantages = targets[0]
+    if "vtrace" not in variant:
+        np.testing.assert_array_equal(returns.numpy(), [slot_of[s.numpy().tobytes()][0] for s in states])
+    if "gae" in variant:
+        np.testing.assert_array_equal(advantages.numpy(), [slot_of[s.numpy().tobytes()][1] for s in states])
+    else:
+        assert (advantages is None) == ("vtrace" not in variant)
 
 
 # ---------------------------------------------------------------------------------------------------------------

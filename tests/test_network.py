@@ -93,7 +93,8 @@ def test_rmsprop_tf_none_grad_skips_and_state_dict_round_trips():
 
 
 # ---------------------------------------------------------------- losses vs numpy
-def np_losses(logits, v, a, r, beta, log_eps, min_policy, use_log_softmax, adv=None):
+def np_losses(logits, v, a, r, beta, log_eps, min_policy, use_log_softmax, adv=None, normalize=False, coef=1.0,
+              mean=False):
     logits, v, r = (np.asarray(x, dtype=np.float64) for x in (logits, v, r))
     n, na = logits.shape
     z = logits - logits.max(axis=1, keepdims=True)
@@ -104,9 +105,13 @@ def np_losses(logits, v, a, r, beta, log_eps, min_policy, use_log_softmax, adv=N
         pi = (sm + min_policy) / (1 + min_policy * na)
         logpi = np.log(pi + log_eps)
     adv = r - v if adv is None else np.asarray(adv, dtype=np.float64)
+    if normalize:  # per batch, the sample standard deviation (n - 1), as torch's .std() in PPO/A2C implementations
+        adv = (adv - adv.sum() / n) / (np.sqrt(((adv - adv.sum() / n) ** 2).sum() / (n - 1)) + 1e-8)
     ent = -(pi * logpi).sum(axis=1)
     lp = -(logpi[np.arange(n), a] * adv + beta * ent).sum()
-    lv = 0.5 * ((r - v) ** 2).sum()
+    lv = coef * 0.5 * ((r - v) ** 2).sum()
+    if mean:
+        lp, lv = lp / n, lv / n
     return lp, lv, ent.mean(), pi
 
 
@@ -117,6 +122,11 @@ def np_losses(logits, v, a, r, beta, log_eps, min_policy, use_log_softmax, adv=N
     dict(USE_LOG_SOFTMAX=True),
     dict(USE_LOG_SOFTMAX=True, MIN_POLICY=0.1),  # the original ignores MIN_POLICY with log_softmax
     dict(advantages=True),
+    dict(NORMALIZE_ADVANTAGES=True),
+    dict(NORMALIZE_ADVANTAGES=True, advantages=True),
+    dict(VALUE_LOSS_COEF=0.25),
+    dict(LOSS_REDUCTION='mean'),
+    dict(LOSS_REDUCTION='mean', VALUE_LOSS_COEF=0.5, NORMALIZE_ADVANTAGES=True, USE_LOG_SOFTMAX=True),
 ])
 def test_losses_match_numpy(variant):
     variant = dict(variant)
@@ -130,7 +140,8 @@ def test_losses_match_numpy(variant):
         logits, v = net.forward(x)
     adv = torch.linspace(-1, 2, 7) if use_adv else None
     lp, lv, ent, pi = np_losses(logits.numpy(), v.numpy(), a.numpy(), r.numpy(), 0.05, cfg.LOG_EPSILON,
-                                cfg.MIN_POLICY, cfg.USE_LOG_SOFTMAX, None if adv is None else adv.numpy())
+                                cfg.MIN_POLICY, cfg.USE_LOG_SOFTMAX, None if adv is None else adv.numpy(),
+                                cfg.NORMALIZE_ADVANTAGES, cfg.VALUE_LOSS_COEF, cfg.LOSS_REDUCTION == 'mean')
     probs, values = net.predict(x)
     np.testing.assert_allclose(probs.numpy(), pi, rtol=1e-5, atol=1e-7)
     np.testing.assert_allclose(values.numpy(), v.numpy(), rtol=1e-6)
@@ -239,6 +250,80 @@ def test_dual_rmsprop_uses_two_optimizers():
             ref = ref + step
         np.testing.assert_allclose(p1.detach().numpy(), ref, rtol=1e-5, atol=1e-6, err_msg=name)
     assert gp[names.index('value.weight')] is None and gv[names.index('policy.weight')] is None
+
+
+def test_normalized_advantages_of_one_sample_are_zero():
+    # a batch of one has no standard deviation: its advantage is centred only (0), not NaN
+    net = mlp(NORMALIZE_ADVANTAGES=True, VALUE_LOSS_COEF=2.0)
+    x, a, r = mlp_batch(1)
+    with torch.no_grad():
+        logits, v = net.forward(x)
+    out = net.losses(logits, v, a, r, 0.0)
+    assert float(out['loss_policy']) == 0.0
+    assert float(out['loss_value']) == pytest.approx(float((r - v).square().sum()), rel=1e-6)
+
+
+# ---------------------------------------------------------------- Adam (OPTIMIZER='adam')
+def np_adam(p, g, m, v, k, lr, eps, b1=0.9, b2=0.999):
+    """Kingma & Ba 2015, Algorithm 1, as torch.optim.Adam writes it (epsilon added to sqrt(v_hat))."""
+    m = b1 * m + (1 - b1) * g
+    v = b2 * v + (1 - b2) * g * g
+    m_hat, v_hat = m / (1 - b1 ** k), v / (1 - b2 ** k)
+    return p - lr * m_hat / (np.sqrt(v_hat) + eps), m, v
+
+
+def test_adam_first_step_by_hand():
+    # step 1: m_hat = g, v_hat = g^2, so p -= lr * g / (|g| + eps): 1 - 0.1 * 2 / (2 + 1e-5)
+    net = mlp(OPTIMIZER='adam', ADAM_EPSILON=1e-5)
+    x, a, r = mlp_batch()
+    params, gp, gv = expected_grads(net, x, a, r, 0.01)
+    grads = combine(gp, gv)
+    net.train(x, a, r, lr=0.1, beta=0.01)
+    for p0, g, p1 in zip(params, grads, net.model.parameters(), strict=True):
+        g = g.double().numpy()
+        ref = p0.detach().double().numpy() - 0.1 * g / (np.abs(g) + 1e-5)
+        np.testing.assert_allclose(p1.detach().numpy(), ref, rtol=1e-5, atol=1e-6)
+    assert all(p.grad is None for p in net.model.parameters())  # .grad only lives during the step
+
+
+def test_adam_train_steps_match_numpy_and_the_checkpoint_restores_its_state(caplog):
+    net = small_cnn(OPTIMIZER='adam', ADAM_EPSILON=1e-3)
+    x, a, r = cnn_batch()
+    lrs = (0.01, 0.003)
+    ms = vs = None
+    for k, lr in enumerate(lrs, start=1):
+        params, gp, gv = expected_grads(net, x, a, r, 0.01)
+        grads = combine(gp, gv)
+        ms = ms or [np.zeros(p.shape) for p in params]
+        vs = vs or [np.zeros(p.shape) for p in params]
+        net.train(x, a, r, lr=lr, beta=0.01)
+        for i, (p0, g, p1) in enumerate(zip(params, grads, net.model.parameters(), strict=True)):
+            ref, ms[i], vs[i] = np_adam(p0.detach().double().numpy(), g.double().numpy(), ms[i], vs[i], k, lr, 1e-3)
+            np.testing.assert_allclose(p1.detach().numpy(), ref, rtol=1e-4, atol=1e-6)
+    state = copy.deepcopy(net.get_state())
+    assert state['optimizer'] == 'adam'
+    other = small_cnn(OPTIMIZER='adam', ADAM_EPSILON=1e-3, SEED=5)
+    other.set_state(state)
+    for p, m in zip(other.model.parameters(), ms, strict=True):
+        np.testing.assert_allclose(other.optimizers[0].state[p]['exp_avg'].numpy(), m, rtol=1e-4, atol=1e-8)
+        assert float(other.optimizers[0].state[p]['step']) == 2
+    net.train(x, a, r, lr=0.001, beta=0.01)
+    other.train(x, a, r, lr=0.001, beta=0.01)
+    for p, q in zip(net.model.parameters(), other.model.parameters(), strict=True):
+        torch.testing.assert_close(p, q, rtol=0, atol=0)
+    # a checkpoint of TF's RMSProp (or of one from before OPTIMIZER) in an Adam run: a fresh Adam, one warning line
+    rms = small_cnn()
+    old = rms.get_state()
+    del old['optimizer']
+    with caplog.at_level(logging.WARNING, logger='ga3c.NetworkVP'):
+        other.set_state(old)
+    assert 'OPTIMIZER changed' in caplog.text and not other.optimizers[0].state
+    assert isinstance(other.optimizers[0], torch.optim.Adam)
+
+
+def test_adam_refuses_dual_rmsprop():
+    with pytest.raises(ConfigError, match='DUAL_RMSPROP'):
+        mlp(OPTIMIZER='adam', DUAL_RMSPROP=True)
 
 
 # ---------------------------------------------------------------- shapes, scaling, precision

@@ -9,6 +9,7 @@ last one removes a whole worker node of a three-node Ray cluster on this machine
 from __future__ import annotations
 
 import logging
+import multiprocessing as mp
 import subprocess
 import sys
 import threading
@@ -24,6 +25,7 @@ from ga3c.errors import ConfigError
 from ga3c.Experience import n_step_returns
 from ga3c.NetworkVP import NetworkVP
 from ga3c.ray_cluster import AgentGroup, ThreadRayAgents, cluster_steps
+from ga3c.Rollout import write_slot
 from ga3c.Server import Server
 from ga3c.settings import parse_settings
 
@@ -48,10 +50,13 @@ def test_nothing_imports_ray_without_cluster():
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
 
 
-def test_agent_group_rollout_matches_an_agent():
-    """One group in-process: shapes, the acting policy's log-probabilities and version, n-step returns with the V
-    bootstrap exactly as ProcessAgent computes them, and the bootstrap state that starts the next rollout."""
-    cfg = parse_settings(["ATARI_GAME=CartPole-v1", "CLUSTER_ENVS_PER_GROUP=3", "TIME_MAX=6", "SEED=3"])
+@pytest.mark.parametrize("lam", [1.0, 0.9], ids=["n-step", "GAE_LAMBDA=0.9"])
+def test_agent_group_rollout_matches_an_agent(lam):
+    """One group in-process: shapes, the acting policy's log-probabilities and version, n-step returns (or with
+    GAE the lambda-returns and advantages) with the V bootstrap exactly as ProcessAgent computes them, written
+    into a slot column by column, and the bootstrap state that starts the next rollout."""
+    cfg = parse_settings(["ATARI_GAME=CartPole-v1", "CLUSTER_ENVS_PER_GROUP=3", "TIME_MAX=6", "SEED=3",
+                          f"GAE_LAMBDA={lam}"])
     group = AgentGroup(cfg, group_id=0, generation=1, state_shape=(4,), num_actions=2)
     assert group.rollout() is None  # no weights yet
     net = NetworkVP(cfg, (4,), 2, torch.device("cpu"))
@@ -67,8 +72,18 @@ def test_agent_group_rollout_matches_an_agent():
         chosen = np.take_along_axis(policy[:6], out["actions"][..., None], axis=2)[..., 0]
         np.testing.assert_allclose(out["logp"], np.log(chosen + 1e-20), rtol=1e-5, atol=1e-6)
         expected = n_step_returns(out["rewards"], out["done"].astype(bool), out["truncated"].astype(bool),
-                                  value[:6], value[6], cfg.DISCOUNT)
+                                  value[:6], value[6], cfg.DISCOUNT, lam)
         np.testing.assert_allclose(out["returns"], expected, rtol=1e-5, atol=1e-5)
+        if lam == 1.0:
+            assert "advantages" not in out
+        else:
+            np.testing.assert_allclose(out["advantages"], expected - value[:6], rtol=1e-5, atol=1e-5)
+            layout = sb.Layout(max_agents=1, slots=1, envs=2, time_max=6, state_shape=(4,), state_dtype="float32",
+                               num_actions=2)
+            sh = sb.SharedBuffers(mp.get_context("spawn"), layout)
+            write_slot(sh, 0, slice(1, 3), out, out["version"])
+            np.testing.assert_array_equal(sh.exp_advantages[0], out["advantages"][:, 1:3])
+            np.testing.assert_array_equal(sh.exp_returns[0], out["returns"][:, 1:3])
     np.testing.assert_array_equal(first["states"][6], second["states"][0])
     # outside a Ray actor: not a restart, and the seeds follow from SEED, the group and the generation
     info = group.ready()

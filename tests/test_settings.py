@@ -279,10 +279,31 @@ def test_range_error_names_toml_source(tmp_path):
     ('MLP_HIDDEN_SIZE=0', 'MLP_HIDDEN_SIZE'), ('SEED=-1', 'SEED'), ('ATARI_GAME= ', 'ATARI_GAME'),
     ('RESULTS_FILENAME=', 'RESULTS_FILENAME'), ('CHECKPOINT_DIR=', 'CHECKPOINT_DIR'), ('LOG_DIR=', 'LOG_DIR'),
     ('LOAD_EPISODE=-1', 'LOAD_EPISODE'),
+    ('GAE_LAMBDA=1.1', 'GAE_LAMBDA'), ('GAE_LAMBDA=-0.1', 'GAE_LAMBDA'), ('VALUE_LOSS_COEF=0', 'VALUE_LOSS_COEF'),
+    ('LOSS_REDUCTION=avg', 'LOSS_REDUCTION'), ('OPTIMIZER=sgd', 'OPTIMIZER'), ('ADAM_EPSILON=0', 'ADAM_EPSILON'),
 ])
 def test_ranges(arg, key):
     msg = error_of([arg])
     assert msg.startswith(f'bad value for {key}: ') and 'expected' in msg
+
+
+def test_learning_options_that_do_not_combine():
+    assert error_of(['GAE_LAMBDA=0.95', 'POLICY_LAG_CORRECTION=vtrace']) == (
+        "bad value for GAE_LAMBDA: 0.95 (from the command line); expected 1.0 with POLICY_LAG_CORRECTION='vtrace' "
+        "(V-trace computes its own targets and advantages); set GAE_LAMBDA=1.0 or POLICY_LAG_CORRECTION='none'")
+    msg = error_of(['OPTIMIZER=adam', 'DUAL_RMSPROP=true'])
+    assert msg.startswith('bad value for DUAL_RMSPROP: True')
+    assert "set DUAL_RMSPROP=False or OPTIMIZER='rmsprop_tf'" in msg
+    cfg = parse_settings(['GAE_LAMBDA=0.95', 'NORMALIZE_ADVANTAGES=true', 'VALUE_LOSS_COEF=0.5',
+                          'LOSS_REDUCTION=mean', 'OPTIMIZER=adam', 'ADAM_EPSILON=1e-8', 'NETWORK_TYPE=lstm'])
+    validate(cfg)
+    assert (cfg.GAE_LAMBDA, cfg.NORMALIZE_ADVANTAGES, cfg.OPTIMIZER) == (0.95, True, 'adam')
+
+
+def test_learning_options_are_off_by_default():
+    """The original's algorithm: n-step advantages, summed losses, the value loss at weight 1, TF's RMSProp."""
+    assert (Config.GAE_LAMBDA, Config.NORMALIZE_ADVANTAGES, Config.VALUE_LOSS_COEF, Config.LOSS_REDUCTION,
+            Config.OPTIMIZER) == (1.0, False, 1.0, 'sum', 'rmsprop_tf')
 
 
 @pytest.mark.parametrize('arg', ['DEVICE=cpu', 'DEVICE=cpu:0', 'DEVICE=gpu', 'DEVICE=gpu:1', 'DEVICE=cuda',
