@@ -400,11 +400,11 @@ class Server:
     def save(self) -> str:
         """Writes a checkpoint of now (atomically); raises on failure."""
         episodes = self.episodes()
-        version = self.network.version
-        counters = {"episodes": episodes, "steps": self.total_steps(),
-                    "updates": self.network.version + self.updates_base}
-        path = save_checkpoint(self.cfg.CHECKPOINT_DIR, self.cfg.NETWORK_NAME, episodes, self.network.get_state(),
-                               counters, config_to_dict(self.cfg), self.meta)
+        state = self.network.get_state()
+        version = state["version"]  # the weights' own count: trainers may update while the counters are read
+        counters = {"episodes": episodes, "steps": self.total_steps(), "updates": version + self.updates_base}
+        path = save_checkpoint(self.cfg.CHECKPOINT_DIR, self.cfg.NETWORK_NAME, episodes, state, counters,
+                               config_to_dict(self.cfg), self.meta)
         self.saved_episodes = episodes
         self.saved_version = version
         log.info("saved %s", path)

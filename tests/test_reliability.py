@@ -50,6 +50,7 @@ BIG_CARTPOLE = [*CARTPOLE, "MLP_HIDDEN_SIZE=1024", "AGENTS=2", "SAVE_FREQUENCY=1
 # where a test does not set them); two saves where a periodic one may be under way when the stop comes
 ORPHANS_GONE_SECONDS = 10  # a killed main process: its agents and stats process exit by themselves within this
 PONG_STOP = stop_bound(agents=3, predictors=2, trainers=2)
+CARTPOLE_STOP = stop_bound(agents=2, predictors=2, trainers=2, saves=1)
 BIG_CARTPOLE_STOP = stop_bound(agents=2, predictors=2, trainers=2, saves=2)
 
 
@@ -761,11 +762,12 @@ def test_full_disk_under_log_dir(tmp_path, tag, small_disk):
     proc, out_path, err_path = start_ga3c(args, tmp_path, tagged_env(tag))
     warning = "ga3c: warning: TensorBoard cannot write to"
     try:
-        assert wait_until(lambda: len(result_lines(results)) >= 20 or proc.poll() is not None, 120), \
-            tail(err_path.read_text())
+        def events() -> list[str]:  # the stats process opens the event file once it has imported TensorBoard
+            return [f for f in os.listdir(logs) if f.startswith("events.out.tfevents")] if logs.is_dir() else []
+
+        assert wait_until(lambda: len(result_lines(results)) >= 20 and events() and os.path.getsize(
+            logs / events()[0]) > 0 or proc.poll() is not None, 120), tail(err_path.read_text())
         assert proc.poll() is None, tail(err_path.read_text())
-        events = [f for f in os.listdir(logs) if f.startswith("events.out.tfevents")]
-        assert events and os.path.getsize(logs / events[0]) > 0
         fill(small_disk)
         assert wait_until(lambda: warning in err_path.read_text() or proc.poll() is not None, 60), \
             tail(err_path.read_text())
@@ -773,10 +775,10 @@ def test_full_disk_under_log_dir(tmp_path, tag, small_disk):
         assert wait_until(lambda: len(result_lines(results)) >= after + 30 or proc.poll() is not None, 120)
         assert proc.poll() is None, tail(err_path.read_text())
         os.kill(proc.pid, signal.SIGINT)
-        took = wait_exit(proc, err_path, "SIGINT")
+        took = wait_exit(proc, err_path, "SIGINT", CARTPOLE_STOP + 30)
     finally:
         kill_session(proc)
-    err = check_clean_stop(proc, out_path, err_path, tmp_path, "SIGINT", took)
+    err = check_clean_stop(proc, out_path, err_path, tmp_path, "SIGINT", took, CARTPOLE_STOP)
     warnings = error_lines(err)
     assert len(warnings) == 1 and warnings[0].startswith(warning), warnings
     assert re.fullmatch(rf"{warning} '{logs}': \[Errno 28\] No space left on device; training goes on without "
