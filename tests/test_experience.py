@@ -6,7 +6,7 @@ import pytest
 from ga3c.Experience import clip_reward, n_step_returns
 
 
-def returns(rewards, values=None, bootstrap=0.0, discount=0.9, terminated=(), truncated=()):
+def returns(rewards, values=None, bootstrap=0.0, discount=0.9, terminated=(), truncated=(), lam=1.0):
     """n_step_returns of one environment: lists in, a 1-D array out (terminated/truncated list step indices)."""
     steps = len(rewards)
     col = lambda xs: np.asarray(xs, dtype=np.float32).reshape(steps, 1)  # noqa: E731
@@ -15,7 +15,7 @@ def returns(rewards, values=None, bootstrap=0.0, discount=0.9, terminated=(), tr
     term[list(terminated), 0] = True
     trunc[list(truncated), 0] = True
     out = n_step_returns(col(rewards), term, trunc, col(values if values is not None else [0.0] * steps),
-                         np.array([bootstrap], dtype=np.float32), discount)
+                         np.array([bootstrap], dtype=np.float32), discount, lam)
     assert out.shape == (steps, 1)
     assert out.dtype == np.float32
     return out[:, 0]
@@ -130,14 +130,7 @@ def test_clip_reward_accepts_numpy_scalars():
 # --- generalised advantage estimation (GAE_LAMBDA < 1) ------------------------------------------------------------
 
 def lam_returns(rewards, values, bootstrap, lam, discount=0.9, terminated=(), truncated=()):
-    steps = len(rewards)
-    col = lambda xs: np.asarray(xs, dtype=np.float32).reshape(steps, 1)  # noqa: E731
-    term = np.zeros((steps, 1), dtype=bool)
-    trunc = np.zeros((steps, 1), dtype=bool)
-    term[list(terminated), 0] = True
-    trunc[list(truncated), 0] = True
-    return n_step_returns(col(rewards), term, trunc, col(values), np.array([bootstrap], dtype=np.float32), discount,
-                          lam)[:, 0]
+    return returns(rewards, values, bootstrap, discount, terminated, truncated, lam)
 
 
 @pytest.mark.parametrize("terminated, truncated, advantages", [
