@@ -38,6 +38,9 @@ sys.path.insert(0, str(REPO))
 
 log = logging.getLogger("ga3c.soak")
 
+MAX_GROWTH = 0.05  # the most a process's memory may grow after the settling time
+MAX_SPREAD = 0.10  # the most a window's throughput may differ from the median window
+
 
 def rss_mb(pid: int) -> float | None:
     """RssAnon + RssFile of a process, in MiB (shared memory left out); None when it is gone."""
@@ -62,6 +65,19 @@ class Monitor(threading.Thread):
         self.samples: list[dict] = []
         self.kills: list[dict] = []
         self.stop_event = threading.Event()
+        self.progress_every = max(1, round(60 / sample_every))  # a progress line and soak.json about every minute
+        self.json_path: Path | None = None
+
+    def progress(self, s: dict) -> None:
+        """One log line, and the samples so far written to soak.json, so that a long run that is cut off keeps them."""
+        agents = [v for v in s["agents"].values() if v is not None]
+        log.info("soak: t=%.0f s, %s steps/s, main %.1f MiB, stats %.1f MiB, %d agents %.1f-%.1f MiB, counts %s",
+                 s["t"], s.get("steps_per_s"), s["main"] or 0, s["stats"] or 0, len(agents), min(agents, default=0),
+                 max(agents, default=0), s["counts"])
+        if self.json_path is not None:
+            tmp = self.json_path.with_suffix(".tmp")
+            tmp.write_text(json.dumps({"samples": self.samples, "kills": self.kills}))
+            os.replace(tmp, self.json_path)
 
     def sample(self, start: float, last: dict | None) -> dict:
         from ga3c import SharedBuffers as sb
@@ -110,6 +126,8 @@ class Monitor(threading.Thread):
                     last = self.sample(start, last)
                     self.samples.append(last)
                     next_sample += self.sample_every
+                    if len(self.samples) % self.progress_every == 0:
+                        self.progress(last)
                 if now - start >= self.duration:
                     self.samples.append(self.sample(start, last))
                     self.server.request_stop(f"soak of {self.duration / 60:g} minutes over")
@@ -143,38 +161,44 @@ def watch_free_slots(server) -> list[int]:
     return free
 
 
-def steadiness(samples: list[dict], settle: float = 300.0) -> None:
-    """After the first `settle` seconds: the memory growth of the main process, the stats process and the mean
-    agent (dynamic adjustment changes the number of agents, so their sum says nothing), and the spread of the
-    throughput averaged over each minute (largest deviation from the median minute)."""
+def steadiness(samples: list[dict], settle: float, window: float) -> bool:
+    """From `settle` seconds on: the memory growth of every process alive at both ends (the main process, the stats
+    process and each agent that lived through; dynamic adjustment changes the number of agents, so their sum says
+    nothing), and the throughput averaged over each `window` seconds against the median window. True when every
+    growth is at most MAX_GROWTH and every window is within MAX_SPREAD of the median."""
     later = [s for s in samples if s["t"] >= settle]
-    print("\n=== after the first 5 minutes ===")
+    print(f"\n=== from minute {settle / 60:g} on ===")
     if len(later) < 2:
         print("the run was too short to judge")
-        return
-
-    def agent_mean(s: dict) -> float:
-        values = [v for v in s["agents"].values() if v is not None]
-        return sum(values) / len(values) if values else 0.0
-
-    for name, value in (("main process", lambda s: s["main"] or 0.0), ("stats process", lambda s: s["stats"] or 0.0),
-                        ("mean agent", agent_mean)):
-        first, last = value(later[0]), value(later[-1])
-        growth = (last - first) / first if first else 0.0
-        print(f"{name:<14} {first:7.1f} -> {last:7.1f} MiB: growth {100 * growth:+.1f}%")
-    minutes: dict[int, list[float]] = {}
+        return False
+    first, last = later[0], later[-1]
+    growths = {"main process": (first["main"], last["main"]), "stats process": (first["stats"], last["stats"])}
+    for pid, v in first["agents"].items():
+        if v is not None and last["agents"].get(pid) is not None:
+            growths[f"agent pid {pid}"] = (v, last["agents"][pid])
+    worst = 0.0
+    for name, (a, b) in growths.items():
+        growth = (b - a) / a if a else float("inf")
+        worst = max(worst, growth)
+        print(f"{name:<18} {a:7.1f} -> {b:7.1f} MiB: growth {100 * growth:+.1f}%")
+    print(f"largest memory growth: {100 * worst:+.1f}% (limit {100 * MAX_GROWTH:g}%)")
+    windows: dict[int, list[float]] = {}
     for prev, s in zip(later, later[1:], strict=False):
         if "steps_per_s" in s and s["t"] > prev["t"]:  # the closing sample repeats the last time: skip it
-            minutes.setdefault(int(s["t"] // 60), []).append(s["steps_per_s"])
-    rates = sorted(sum(v) / len(v) for v in minutes.values())
-    if rates:
-        median = rates[len(rates) // 2]
-        spread = max(abs(r - median) for r in rates) / median if median else float("inf")
-        print(f"steps/s per minute: median {median:.0f}, min {rates[0]:.0f}, max {rates[-1]:.0f}: largest deviation "
-              f"from the median {100 * spread:.1f}%")
+            windows.setdefault(int((s["t"] - settle) // window), []).append(s["steps_per_s"])
+    full = {k: v for k, v in windows.items() if len(v) * 2 >= max(len(x) for x in windows.values())}  # no stub
+    rates = [sum(v) / len(v) for _, v in sorted(full.items())]
+    if not rates:
+        return False
+    median = sorted(rates)[len(rates) // 2]
+    spread = max(abs(r - median) for r in rates) / median if median else float("inf")
+    print(f"steps/s per {window / 60:g} minutes: " + ", ".join(f"{r:.0f}" for r in rates))
+    print(f"median {median:.0f}: largest deviation {100 * spread:.1f}% (limit {100 * MAX_SPREAD:g}%)")
+    return worst <= MAX_GROWTH and spread <= MAX_SPREAD
 
 
-def report(mon: Monitor, server, free: list[int], results: Path, seconds: float) -> bool:
+def report(mon: Monitor, server, free: list[int], results: Path, seconds: float, settle: float,
+           window: float) -> bool:
     from ga3c import SharedBuffers as sb
     from ga3c.Checkpoint import find_checkpoint, load_checkpoint
 
@@ -206,7 +230,7 @@ def report(mon: Monitor, server, free: list[int], results: Path, seconds: float)
         print(f"{s['t']:8.0f} {s.get('steps_per_s', 0):9.0f} {s.get('trained_per_s', 0):10.0f} {s['episodes']:9d} "
               f"{nt:3d}{np_:3d}{na:4d}")
 
-    steadiness(samples)
+    steady = steadiness(samples, settle, window)
 
     c = server.shared.counters
     produced = int(server.shared.agent_steps.sum())
@@ -230,7 +254,8 @@ def report(mon: Monitor, server, free: list[int], results: Path, seconds: float)
     ok = lost == 0 and episodes == len(lines) and slots_ok and ckpt_episodes in (None, episodes)
     ok = ok and server.deaths == len(mon.kills)
     print("RESULT:", "nothing lost" if ok else "LOSSES OR ERRORS (see above)")
-    return ok
+    print("STEADY:", "yes" if steady else "NO (see above)")
+    return ok and steady
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -241,6 +266,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", default=str(REPO / "configs" / "cpu.toml"))
     parser.add_argument("--dir", default=None, help="output folder (default: a new temporary folder)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--settle", type=float, default=10.0, help="minutes before memory and throughput are judged")
+    parser.add_argument("--window", type=float, default=10.0, help="minutes per throughput window")
     parser.add_argument("settings", nargs="*", help="KEY=VALUE overrides")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="[%(asctime)s] %(message)s", datefmt="%H:%M:%S")
@@ -263,13 +290,14 @@ def main(argv: list[str] | None = None) -> int:
     log.info("soak: %g minutes in %s, an agent killed every %g s", args.minutes, folder, args.kill_every)
     free = watch_free_slots(server)
     mon = Monitor(server, args.minutes, args.kill_every, args.sample_every, args.seed)
+    mon.json_path = folder / "soak.json"
     mon.start()
     status = server.main()
     mon.stop_event.set()
     mon.join(timeout=10)
     seconds = time.time() - server.start_time
     (folder / "soak.json").write_text(json.dumps({"samples": mon.samples, "kills": mon.kills}, indent=1))
-    ok = report(mon, server, free, folder / cfg.RESULTS_FILENAME, seconds)
+    ok = report(mon, server, free, folder / cfg.RESULTS_FILENAME, seconds, args.settle * 60, args.window * 60)
     print(f"outputs in {folder}")
     return 0 if ok and status == 0 else 1
 
