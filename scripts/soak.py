@@ -2,7 +2,8 @@
 report of memory, throughput and losses at the end.
 
     .venv/bin/python scripts/soak.py --minutes 30 [--kill-every 180] [--sample-every 10] [--config FILE.toml]
-                                     [--dir FOLDER] [KEY=VALUE ...]
+                                     [--dir FOLDER] [--settle 10] [--window 10] [KEY=VALUE ...]
+    .venv/bin/python scripts/soak.py --judge FOLDER/soak.json [--settle 10] [--window 10]
 
 The Server runs in this process (as GA3C.py would run it) with `configs/cpu.toml` (Pong) unless --config says
 otherwise, DYNAMIC_SETTINGS=True, and the run's outputs (results.txt, checkpoints/) in --dir (a fresh folder). A
@@ -15,7 +16,9 @@ At the end it prints the memory of each process over time, the throughput over t
     transitions: produced = trained + dropped (too old) + discarded (held by a killed agent) + lost (must be 0)
     episodes: the episode counter vs the lines of results.txt (lost episodes must be 0), and the final checkpoint
     experience slots: every slot free exactly once at the end (none leaked by a killed agent, none given twice)
-Exit status 0 when nothing was lost, 1 otherwise. A JSON copy of the samples goes to FOLDER/soak.json.
+and, from minute --settle on, the memory growth of every process and the throughput per --window minutes.
+Exit status 0 when nothing was lost and the run was steady, 1 otherwise. The samples go to FOLDER/soak.json (every
+minute, so a run cut short keeps them); `--judge FOLDER/soak.json` judges them again without running anything.
 """
 
 from __future__ import annotations
@@ -171,17 +174,33 @@ def steadiness(samples: list[dict], settle: float, window: float) -> bool:
     if len(later) < 2:
         print("the run was too short to judge")
         return False
-    first, last = later[0], later[-1]
-    growths = {"main process": (first["main"], last["main"]), "stats process": (first["stats"], last["stats"])}
-    for pid, v in first["agents"].items():
-        if v is not None and last["agents"].get(pid) is not None:
-            growths[f"agent pid {pid}"] = (v, last["agents"][pid])
+    # The main process's memory follows the number of trainer threads that dynamic adjustment keeps at the moment
+    # (about 20 MiB each), so one sample at each end would judge the counts of those two moments; the median of each
+    # end's window judges the trend. Both are printed; the window medians decide.
+    head = [s for s in later if s["t"] < settle + window]
+    tail = [s for s in later if s["t"] >= later[-1]["t"] - window]
+
+    def median(values: list[float]) -> float:
+        values = sorted(values)
+        return values[len(values) // 2] if values else 0.0
+
+    def series(get) -> tuple[float, float, float, float]:
+        a = [v for v in map(get, head) if v is not None]
+        b = [v for v in map(get, tail) if v is not None]
+        return a[0] if a else 0.0, b[-1] if b else 0.0, median(a), median(b)
+
+    growths = {"main process": series(lambda s: s["main"]), "stats process": series(lambda s: s["stats"])}
+    for pid, v in later[0]["agents"].items():
+        if v is not None and later[-1]["agents"].get(pid) is not None:
+            growths[f"agent pid {pid}"] = series(lambda s, pid=pid: s["agents"].get(pid))
     worst = 0.0
-    for name, (a, b) in growths.items():
-        growth = (b - a) / a if a else float("inf")
+    print(f"memory (MiB): first and last sample; medians of the first and the last {window / 60:g} minutes")
+    for name, (a, b, ma, mb) in growths.items():
+        growth = (mb - ma) / ma if ma else float("inf")
         worst = max(worst, growth)
-        print(f"{name:<18} {a:7.1f} -> {b:7.1f} MiB: growth {100 * growth:+.1f}%")
-    print(f"largest memory growth: {100 * worst:+.1f}% (limit {100 * MAX_GROWTH:g}%)")
+        print(f"{name:<18} {a:7.1f} -> {b:7.1f} ({100 * (b - a) / a if a else 0:+5.1f}%); medians {ma:7.1f} -> "
+              f"{mb:7.1f}: growth {100 * growth:+.1f}%")
+    print(f"largest growth of a median: {100 * worst:+.1f}% (limit {100 * MAX_GROWTH:g}%)")
     windows: dict[int, list[float]] = {}
     for prev, s in zip(later, later[1:], strict=False):
         if "steps_per_s" in s and s["t"] > prev["t"]:  # the closing sample repeats the last time: skip it
@@ -190,10 +209,10 @@ def steadiness(samples: list[dict], settle: float, window: float) -> bool:
     rates = [sum(v) / len(v) for _, v in sorted(full.items())]
     if not rates:
         return False
-    median = sorted(rates)[len(rates) // 2]
-    spread = max(abs(r - median) for r in rates) / median if median else float("inf")
+    mid = median(rates)
+    spread = max(abs(r - mid) for r in rates) / mid if mid else float("inf")
     print(f"steps/s per {window / 60:g} minutes: " + ", ".join(f"{r:.0f}" for r in rates))
-    print(f"median {median:.0f}: largest deviation {100 * spread:.1f}% (limit {100 * MAX_SPREAD:g}%)")
+    print(f"median {mid:.0f}: largest deviation {100 * spread:.1f}% (limit {100 * MAX_SPREAD:g}%)")
     return worst <= MAX_GROWTH and spread <= MAX_SPREAD
 
 
@@ -268,8 +287,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--settle", type=float, default=10.0, help="minutes before memory and throughput are judged")
     parser.add_argument("--window", type=float, default=10.0, help="minutes per throughput window")
+    parser.add_argument("--judge", metavar="SOAK_JSON", help="only judge the samples of an earlier run's soak.json")
     parser.add_argument("settings", nargs="*", help="KEY=VALUE overrides")
     args = parser.parse_args(argv)
+    if args.judge:
+        samples = json.loads(Path(args.judge).read_text())["samples"]
+        return 0 if steadiness(samples, args.settle * 60, args.window * 60) else 1
     logging.basicConfig(level=logging.INFO, format="[%(asctime)s] %(message)s", datefmt="%H:%M:%S")
 
     from ga3c.errors import ConfigError

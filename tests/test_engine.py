@@ -238,8 +238,12 @@ def test_set_counts_mid_run_in_process(tmp_path, monkeypatch, tag):
     assert_no_leftovers(tag)
 
 
-def test_dynamic_adjustment_changes_counts(tmp_path, tag):
+@pytest.mark.parametrize("network", ["feedforward", "lstm"])
+def test_dynamic_adjustment_changes_counts(tmp_path, tag, network):
+    """Agents, predictors and trainers come and go; with the LSTM, each new agent's environments start from a zero
+    state and predictors that join gather the states the others wrote."""
     rc, out, err = run_ga3c([*ORIGINAL, "ATARI_GAME=CartPole-v1", "DEVICE=cpu", "DYNAMIC_SETTINGS=True",
+                             f"NETWORK_TYPE={network}",
                              "DYNAMIC_SETTINGS_INITIAL_WAIT=1", "DYNAMIC_SETTINGS_STEP_WAIT=2", "MAX_SECONDS=25",
                              "PRINT_STATS_FREQUENCY=5", "AGENTS=2", "TRAINERS=1", "PREDICTORS=1", "MAX_AGENTS=5",
                              "MAX_TRAINERS=3", "MAX_PREDICTORS=3", "EPISODES=1000000", "SAVE_MODELS=False"],
