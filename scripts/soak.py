@@ -36,6 +36,8 @@ import threading
 import time
 from pathlib import Path
 
+import numpy as np
+
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
@@ -174,9 +176,10 @@ def steadiness(samples: list[dict], settle: float, window: float) -> bool:
     if len(later) < 2:
         print("the run was too short to judge")
         return False
-    # The main process's memory follows the number of trainer threads that dynamic adjustment keeps at the moment
-    # (about 20 MiB each), so one sample at each end would judge the counts of those two moments; the median of each
-    # end's window judges the trend. Both are printed; the window medians decide.
+    # The main process's memory follows the number of trainer and predictor threads that dynamic adjustment keeps
+    # at the moment (each holds its own buffers), so its ends are compared at the same counts: a least-squares fit
+    # main = a + b*trainers + c*predictors + d*t gives the growth d*(duration) net of the counts. The other processes
+    # run no threads that come and go: the medians of the first and the last window are compared.
     head = [s for s in later if s["t"] < settle + window]
     tail = [s for s in later if s["t"] >= later[-1]["t"] - window]
 
@@ -189,18 +192,31 @@ def steadiness(samples: list[dict], settle: float, window: float) -> bool:
         b = [v for v in map(get, tail) if v is not None]
         return a[0] if a else 0.0, b[-1] if b else 0.0, median(a), median(b)
 
-    growths = {"main process": series(lambda s: s["main"]), "stats process": series(lambda s: s["stats"])}
+    def agent_median(s: dict) -> float | None:
+        alive = [v for v in s["agents"].values() if v is not None]
+        return median(alive) if alive else None
+
+    growths = {"main process": series(lambda s: s["main"]), "stats process": series(lambda s: s["stats"]),
+               "median agent": series(agent_median)}
     for pid, v in later[0]["agents"].items():
         if v is not None and later[-1]["agents"].get(pid) is not None:
             growths[f"agent pid {pid}"] = series(lambda s, pid=pid: s["agents"].get(pid))
-    worst = 0.0
     print(f"memory (MiB): first and last sample; medians of the first and the last {window / 60:g} minutes")
+    judged = {}
     for name, (a, b, ma, mb) in growths.items():
-        growth = (mb - ma) / ma if ma else float("inf")
-        worst = max(worst, growth)
+        judged[name] = (mb - ma) / ma if ma else float("inf")
         print(f"{name:<18} {a:7.1f} -> {b:7.1f} ({100 * (b - a) / a if a else 0:+5.1f}%); medians {ma:7.1f} -> "
-              f"{mb:7.1f}: growth {100 * growth:+.1f}%")
-    print(f"largest growth of a median: {100 * worst:+.1f}% (limit {100 * MAX_GROWTH:g}%)")
+              f"{mb:7.1f}: growth {100 * judged[name]:+.1f}%")
+    fit = [s for s in later if s["main"] is not None]
+    span = fit[-1]["t"] - fit[0]["t"]
+    x = np.array([[1.0, s["counts"][0], s["counts"][1], (s["t"] - settle) / span] for s in fit])
+    (a, per_trainer, per_predictor, trend), *_ = np.linalg.lstsq(x, np.array([s["main"] for s in fit]), rcond=None)
+    judged["main process"] = trend / growths["main process"][2]
+    print(f"main process at equal counts: {per_trainer:+.1f} MiB per trainer thread, {per_predictor:+.1f} MiB per "
+          f"predictor thread, {trend:+.1f} MiB over {span / 60:.0f} minutes: growth "
+          f"{100 * judged['main process']:+.1f}%")
+    worst = max(judged.values())
+    print(f"largest growth: {100 * worst:+.1f}% (limit {100 * MAX_GROWTH:g}%)")
     windows: dict[int, list[float]] = {}
     for prev, s in zip(later, later[1:], strict=False):
         if "steps_per_s" in s and s["t"] > prev["t"]:  # the closing sample repeats the last time: skip it

@@ -1,0 +1,85 @@
+"""scripts/soak.py's verdict on memory and throughput, on samples whose trends are known: a main process whose memory
+follows the trainer count without a trend is steady, even when dynamic adjustment keeps more trainers late in the
+run, and one that creeps 7% is not; a 10-minute window 12% below the median fails, 8% passes; agents that did not
+live through are not judged."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+
+import pytest
+from conftest import REPO
+
+spec = importlib.util.spec_from_file_location("soak", REPO / "scripts" / "soak.py")
+soak = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(soak)
+
+MINUTES = 120
+STEP = 10  # seconds between samples, as the soak takes them
+
+
+def samples(main=lambda t, trainers: 700.0, trainers=lambda t: 4, rate=lambda t: 3000.0,
+            agent=lambda t: 72.0) -> list[dict]:
+    """A sample every STEP seconds over MINUTES, the steps counter advancing at rate(t); agent "1" lives through,
+    agent "2" is killed at minute 60 (its memory doubling on the way must not count)."""
+    out, steps = [], 0.0
+    for i in range(MINUTES * 60 // STEP + 1):
+        t = i * STEP
+        nt = trainers(t)
+        s = {"t": float(t), "main": main(t, nt), "stats": 30.0, "counts": [nt, 1, 2],
+             "agents": {"1": agent(t), "2": 72.0 * (1 + t / 3600) if t < 3600 else None}}
+        if i:
+            steps += rate(t) * STEP
+            s["steps_per_s"] = rate(t)
+        s["steps"] = steps
+        out.append(s)
+    return out
+
+
+def judge(data: list[dict]) -> bool:
+    return soak.steadiness(data, settle=600.0, window=600.0)
+
+
+def test_flat_run_is_steady():
+    assert judge(samples())
+
+
+def creep(fraction: float):
+    """The main process's memory: 600 MiB + 20 per trainer thread, growing by `fraction` from minute 10 to 120."""
+    return lambda t, trainers: (600.0 + 20.0 * trainers) * (1 + fraction * max(0.0, t - 600) / 6600)
+
+
+@pytest.mark.parametrize("trainers", [lambda t: 3 + int(t // STEP) % 3,
+                                      lambda t: 3 + int(t // STEP) % 3 + 3 * (t > 3600)],
+                         ids=["swinging", "swinging-and-more-later"])
+def test_trainer_counts_without_a_trend_are_steady_but_a_creep_is_not(trainers):
+    assert judge(samples(main=creep(0.0), trainers=trainers))
+    assert judge(samples(main=creep(0.03), trainers=trainers))
+    assert not judge(samples(main=creep(0.07), trainers=trainers))
+
+
+def test_an_agent_that_lived_through_is_judged():
+    assert not judge(samples(agent=lambda t: 72.0 * (1 + 0.08 * t / 7200)))
+
+
+def test_a_slow_window_fails_and_a_slightly_slow_one_passes():
+    for drop, steady in ((0.12, False), (0.08, True)):
+        # minutes 60-70 (the sixth window from minute 10) run slower by `drop`
+        data = samples(rate=lambda t, d=drop: 3000.0 * (1 - d) if 3600 < t <= 4200 else 3000.0)
+        assert judge(data) is steady, drop
+
+
+def test_judge_reads_a_soak_json(tmp_path):
+    path = tmp_path / "soak.json"
+    path.write_text(json.dumps({"samples": samples(), "kills": []}))
+    out = subprocess.run([sys.executable, str(REPO / "scripts" / "soak.py"), "--judge", str(path)],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "largest growth: +0.0%" in out.stdout
+    path.write_text(json.dumps({"samples": samples(rate=lambda t: 2000.0 if t > 6600 else 3000.0), "kills": []}))
+    out = subprocess.run([sys.executable, str(REPO / "scripts" / "soak.py"), "--judge", str(path)],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 1, out.stdout + out.stderr
