@@ -199,7 +199,10 @@ class Player:
             stored = (checkpoint.get("meta") or {}).get("game")
             hint = self._train_hint()
             if stored and stored != meta["game"]:
-                hint = (f"watch it with ./_play.sh ATARI_GAME={stored} CHECKPOINT_DIR={self.cfg.CHECKPOINT_DIR}, or "
+                # the id as the run was given it: a 'module:EnvId' id resolves only with its module named
+                given = (checkpoint.get("settings") or {}).get("ATARI_GAME")
+                game = given if isinstance(given, str) and given.strip() else stored
+                hint = (f"watch it with ./_play.sh ATARI_GAME={game} CHECKPOINT_DIR={self.cfg.CHECKPOINT_DIR}, or "
                         f"{hint}")
             raise CheckpointError(f"{exc}; {hint}") from None
 

@@ -207,6 +207,22 @@ def test_play_checkpoint_of_another_game_names_both(tmp_path):
     assert "./_train.sh ATARI_GAME=PongDeterministic-v4" in errors[0]
 
 
+def test_play_checkpoint_of_a_module_game_names_its_module(tmp_path):
+    """A 'module:EnvId' game's checkpoint stores the resolved id; the hint must name the id as given, which
+    resolves on its own (the bare id is unknown until the module is imported)."""
+    ckpt_dir = tmp_path / "ck"
+    game = "popgym:popgym-RepeatPreviousEasy-v0"
+    cfg = parse_settings([f"ATARI_GAME={game}", "DEVICE=cpu"])
+    net = NetworkVP(cfg, (4,), 2, torch.device("cpu"))
+    save_checkpoint(str(ckpt_dir), cfg.NETWORK_NAME, 7, net.get_state(), {"episodes": 7, "steps": 100, "updates": 20},
+                    config_to_dict(cfg), make_meta("popgym-RepeatPreviousEasy-v0", (4,), 2, "mlp"))
+    run = play(["ATARI_GAME=CartPole-v1", f"CHECKPOINT_DIR={ckpt_dir}"], tmp_path)
+    assert run.returncode == 2
+    errors = [line for line in run.stderr.splitlines() if line.startswith("ga3c: error:")]
+    assert len(errors) == 1 and "Traceback" not in run.stderr, run.stderr
+    assert f"./_play.sh ATARI_GAME={game} " in errors[0]
+
+
 def _pong_cfg(ckpt_dir: Path, *extra: str):
     return parse_settings(["PLAY_MODE=True", "ATARI_GAME=PongDeterministic-v4", "DEVICE=cpu",
                            f"CHECKPOINT_DIR={ckpt_dir}", "PLAY_NOOP_MAX=0", *extra])
