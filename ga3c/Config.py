@@ -60,7 +60,9 @@ class Config:
     # (new) Threads torch may use for one operation in the main process; 0 = auto (1 on a CPU, where the
     # predictor and trainer threads share the cores with the agents; torch's default on a GPU)
     TORCH_THREADS = 0
-    # (new) Arithmetic of the model: 'fp32' (faithful) or 'bf16' (autocast, faster on recent CPUs and GPUs)
+    # (new) Arithmetic of the model: 'fp32' (faithful), 'bf16' (autocast: faster where the hardware has bfloat16,
+    # AVX512-BF16 or AMX CPUs and Ampere+ GPUs; emulated and several times slower elsewhere) or 'auto' (bf16 where
+    # it is native, fp32 elsewhere)
     PRECISION = 'fp32'
 
     #########################################################################

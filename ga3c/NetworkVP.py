@@ -35,6 +35,7 @@ import contextlib
 import ctypes
 import logging
 import math
+import platform
 import re
 import threading
 
@@ -82,6 +83,55 @@ def resolve_device(name: str) -> torch.device:
         raise ConfigError(f"DEVICE={name!r}: this machine has {count} GPU(s) (cuda:0..cuda:{count - 1}); "
                           f"pick one of them or 'cpu'")
     return torch.device('cuda', index)
+
+
+def _cpu_flags() -> set[str]:
+    """The feature flags of the first CPU in /proc/cpuinfo ('flags' on x86, 'Features' on ARM); empty elsewhere."""
+    try:
+        with open('/proc/cpuinfo') as f:
+            for line in f:
+                key, _, value = line.partition(':')
+                if key.strip() in ('flags', 'Features'):
+                    return set(value.split())
+    except OSError:
+        pass
+    return set()
+
+
+def native_bf16(device: torch.device) -> bool:
+    """Whether the device computes bfloat16 in hardware. Where it does not, autocast emulates it: on an AVX2-only
+    CPU (AMD EPYC, Zen 1) a training step on 80 Pong states took 618 ms in bf16 against 94 ms in fp32."""
+    if device.type == 'cuda':
+        return torch.cuda.is_bf16_supported(including_emulation=False)
+    if device.type != 'cpu':
+        return False
+    machine = platform.machine().lower()
+    if machine in ('x86_64', 'amd64'):
+        avx512_bf16 = getattr(torch.cpu, '_is_avx512_bf16_supported', None)
+        amx = getattr(torch.cpu, '_is_amx_tile_supported', None)
+        if avx512_bf16 is not None and amx is not None:  # torch's own check (it asks the OS too, for AMX)
+            return bool(avx512_bf16() or amx())
+        return bool(_cpu_flags() & {'avx512_bf16', 'amx_bf16'})
+    if machine in ('aarch64', 'arm64'):
+        return 'bf16' in _cpu_flags()  # Armv8.6's BF16 instructions
+    return False
+
+
+_warned_precision: set[str] = set()
+
+
+def resolve_precision(precision: str, device: torch.device) -> str:
+    """PRECISION -> the arithmetic the model runs in, 'fp32' or 'bf16'. 'auto' is bf16 where the device computes
+    it natively, fp32 elsewhere; an explicit 'bf16' where it would be emulated runs as asked, with one warning."""
+    precision = str(precision).lower()
+    if precision == 'auto':
+        return 'bf16' if native_bf16(device) else 'fp32'
+    if precision == 'bf16' and not native_bf16(device) and device.type not in _warned_precision:
+        _warned_precision.add(device.type)
+        log.warning("PRECISION='bf16' on a %s without native bfloat16 (%s): emulated, several times slower than "
+                    "fp32 here; PRECISION='auto' picks the faster one", device.type,
+                    "no AVX512-BF16 or AMX" if device.type == 'cpu' else "before Ampere")
+    return precision
 
 
 def network_kind(cfg, state_shape) -> str:
@@ -291,7 +341,8 @@ class NetworkVP:
         self.model = model
         self._params = list(model.parameters())
 
-        self.bf16 = str(cfg.PRECISION).lower() == 'bf16'
+        self.precision = resolve_precision(cfg.PRECISION, self.device)  # 'fp32' or 'bf16'
+        self.bf16 = self.precision == 'bf16'
         self.min_policy = float(cfg.MIN_POLICY)
         self.use_log_softmax = bool(cfg.USE_LOG_SOFTMAX)
         self.log_epsilon = float(cfg.LOG_EPSILON)

@@ -170,8 +170,10 @@ class Server:
             self.network.set_state(checkpoint["network"])
             counters.update(checkpoint["counters"])
             truncate_results(cfg.RESULTS_FILENAME, int(counters["episodes"]))
-        log.info("model: %s network, %d parameters, on %s, %s", self.meta["network"],
-                 self.network.num_parameters(), self.device, cfg.PRECISION)
+        log.info("model: %s network, %d parameters, on %s, %s%s", self.meta["network"],
+                 self.network.num_parameters(), self.device, self.network.precision,
+                 f" (PRECISION='auto': {'native' if self.network.bf16 else 'no native'} bfloat16 here)"
+                 if str(cfg.PRECISION).lower() == 'auto' else "")
 
         layout = sb.Layout(cfg.MAX_AGENTS, cfg.MAX_QUEUE_SIZE, cfg.ENVS_PER_AGENT, cfg.TIME_MAX, tuple(state_shape),
                            str(state_dtype), int(num_actions), self.network.recurrent_size)

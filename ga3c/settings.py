@@ -357,7 +357,7 @@ def validate(cfg: Config, *, sources: Mapping[str, str] | None = None) -> None:
     _check(DEVICE_RE.fullmatch(cfg.DEVICE) is not None, cfg, 'DEVICE',
            "'cpu', 'cpu:N', 'gpu', 'gpu:N', 'cuda' or 'cuda:N'", 'write e.g. DEVICE=gpu:0 or DEVICE=cpu', src)
     at_least('TORCH_THREADS', 0)
-    one_of('PRECISION', ('fp32', 'bf16'))
+    one_of('PRECISION', ('fp32', 'bf16', 'auto'))
     positive('DYNAMIC_SETTINGS_STEP_WAIT')
     positive('DYNAMIC_SETTINGS_INITIAL_WAIT')
 

@@ -113,6 +113,21 @@ def smaps_mb(pid: int) -> tuple[float, float]:
     return fields.get("Pss", 0.0), fields.get("Private_Clean", 0.0) + fields.get("Private_Dirty", 0.0)
 
 
+def cpu_model() -> str:
+    """The CPU's model name and whether it computes bfloat16 natively: figures from different CPUs differ."""
+    import torch
+
+    from ga3c.NetworkVP import native_bf16
+
+    name = "unknown"
+    try:
+        with open("/proc/cpuinfo") as f:
+            name = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), name)
+    except OSError:
+        pass
+    return f"{name} ({'native' if native_bf16(torch.device('cpu')) else 'no native'} bf16)"
+
+
 def cpu_seconds(path: str) -> float:
     """utime + stime of a process or thread from its /proc stat file."""
     try:
@@ -286,6 +301,7 @@ def measure_training(cfg, args, env_rate: float | None) -> dict | None:
         "ENVS_PER_AGENT": cfg.ENVS_PER_AGENT,
         "TRAINING_MIN_BATCH_SIZE": cfg.TRAINING_MIN_BATCH_SIZE,
         "PRECISION": cfg.PRECISION,
+        "precision": server.network.precision,
         "NETWORK_TYPE": cfg.NETWORK_TYPE,
         "network": server.meta["network"],
         "TORCH_THREADS": cfg.TORCH_THREADS,
@@ -297,6 +313,7 @@ def measure_training(cfg, args, env_rate: float | None) -> dict | None:
         "group_policy_lag_at_delivery_mean": round(cluster.mean_lag(), 2) if cluster is not None else None,
         "device": str(server.device),
         "cpus": os.cpu_count(),
+        "cpu_model": cpu_model(),
     }
     print()
     print(f"{'measure':<26} {'value':>12}")
@@ -309,8 +326,9 @@ def measure_training(cfg, args, env_rate: float | None) -> dict | None:
               f"{result['group_steps_per_s']} of the steps/s, policy lag at delivery "
               f"{result['group_policy_lag_at_delivery_mean']}")
     print(f"{'settings':<26} NT={nt} NP={np_} NA={na} ENVS_PER_AGENT={cfg.ENVS_PER_AGENT} "
-          f"TRAINING_MIN_BATCH_SIZE={cfg.TRAINING_MIN_BATCH_SIZE} PRECISION={cfg.PRECISION} "
-          f"NETWORK_TYPE={cfg.NETWORK_TYPE} device={server.device}")
+          f"TRAINING_MIN_BATCH_SIZE={cfg.TRAINING_MIN_BATCH_SIZE} "
+          f"PRECISION={cfg.PRECISION} ({server.network.precision}) NETWORK_TYPE={cfg.NETWORK_TYPE} "
+          f"device={server.device} cpu={result['cpu_model']}")
     if args.profile:
         print()
         print("\n".join(profile_table(a, b, server.frames_per_step)))

@@ -17,6 +17,7 @@ from conftest import ORIGINAL, REPO, assert_accounted, latest_checkpoint, run_ga
 
 from ga3c import settings
 from ga3c.Config import Config
+from ga3c.NetworkVP import resolve_precision
 from ga3c.settings import config_to_dict, parse_settings
 
 if sys.version_info >= (3, 11):
@@ -142,7 +143,8 @@ def test_first_command_on_this_machine(tmp_path, tag):
     assert NOTE in first[0] and "configs/cpu.toml" in first[0], err[:2000]
     assert "--config configs/pong.toml" in first[1], err[:2000]
     assert_preset_under(used, "cpu.toml", {"MAX_STEPS": 600, "SAVE_MODELS": True})
-    assert "on cpu, bf16" in err  # the model line: the preset's precision
+    want = resolve_precision("auto", torch.device("cpu"))  # the preset's 'auto': bf16 where the CPU has it
+    assert f"on cpu, {want} (PRECISION='auto'" in err, err[-2000:]  # the model line
 
 
 def test_the_originals_settings_with_pong_toml(tmp_path, tag):

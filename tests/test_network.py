@@ -2,15 +2,17 @@
 
 import copy
 import logging
+import os
 import threading
 
 import numpy as np
 import pytest
 import torch
 
+from ga3c import NetworkVP as network_module
 from ga3c.Config import Config
 from ga3c.errors import ConfigError
-from ga3c.NetworkVP import NetworkVP, clip_by_global_norm_, global_norm, resolve_device
+from ga3c.NetworkVP import NetworkVP, clip_by_global_norm_, global_norm, native_bf16, resolve_device
 from ga3c.RMSPropTF import RMSPropTF
 
 CPU = torch.device('cpu')
@@ -386,6 +388,69 @@ def test_bf16_runs_and_is_close_to_fp32():
     assert o16['loss_total'] == pytest.approx(o32['loss_total'], rel=5e-2, abs=5e-2)
     assert all(p.dtype == torch.float32 for p in n16.model.parameters())
     assert n16.version == 1
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_auto_precision_is_bf16_only_where_native(monkeypatch, native):
+    monkeypatch.setattr(network_module, "native_bf16", lambda device: native)
+    net = small_cnn(PRECISION='auto')
+    assert net.precision == ('bf16' if native else 'fp32') and net.bf16 is native
+    x, _, _ = cnn_batch(4)
+    logits, values = net.forward(x)  # as computed: bf16 under autocast
+    assert logits.dtype == (torch.bfloat16 if native else torch.float32)
+    p_auto, _ = net.predict(x)
+    p_ref, _ = small_cnn(PRECISION='bf16' if native else 'fp32').predict(x)  # same seed, same weights
+    assert torch.equal(p_auto, p_ref)
+
+
+def test_explicit_precision_is_kept_and_emulated_bf16_warns_once(monkeypatch, caplog):
+    monkeypatch.setattr(network_module, "native_bf16", lambda device: False)
+    monkeypatch.setattr(network_module, "_warned_precision", set())
+    with caplog.at_level(logging.WARNING, logger="ga3c.NetworkVP"):
+        assert small_cnn(PRECISION='bf16').precision == 'bf16'
+        assert small_cnn(PRECISION='bf16').bf16
+        assert small_cnn(PRECISION='fp32').precision == 'fp32'
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "without native bfloat16" in warnings[0] and "PRECISION='auto'" in warnings[0]
+
+
+@pytest.mark.parametrize("machine, helpers, flags, expected", [
+    ("x86_64", (False, False), {"avx2"}, False),  # AVX2 only (Zen 1-3, most desktops before 2023)
+    ("x86_64", (True, False), {"avx512_bf16"}, True),  # Zen 4, Cooper Lake
+    ("x86_64", (False, True), {"amx_bf16"}, True),  # Sapphire Rapids and later
+    ("x86_64", None, {"avx2", "avx512f"}, False),  # a torch without the helpers: /proc/cpuinfo decides
+    ("x86_64", None, {"avx512f", "avx512_bf16"}, True),
+    ("aarch64", None, {"fp", "asimd", "bf16"}, True),  # Armv8.6 BF16
+    ("aarch64", None, {"fp", "asimd"}, False),
+    ("riscv64", None, {"bf16"}, False),
+])
+def test_native_bf16_reads_the_cpu(monkeypatch, machine, helpers, flags, expected):
+    monkeypatch.setattr(network_module.platform, "machine", lambda: machine)
+    monkeypatch.setattr(network_module, "_cpu_flags", lambda: flags)
+    for name, value in zip(("_is_avx512_bf16_supported", "_is_amx_tile_supported"), helpers or (None, None),
+                           strict=True):
+        if helpers is None:
+            monkeypatch.delattr(torch.cpu, name, raising=False)
+        else:
+            monkeypatch.setattr(torch.cpu, name, lambda value=value: value)
+    assert native_bf16(CPU) is expected
+
+
+def test_native_bf16_on_this_cpu_agrees_with_proc_cpuinfo():
+    """The real check on this machine against an independent reading of the kernel's flags."""
+    import platform
+    if platform.machine() != "x86_64" or not os.path.exists("/proc/cpuinfo"):
+        pytest.skip("reads the x86 flags of Linux's /proc/cpuinfo")
+    with open("/proc/cpuinfo") as f:
+        flags = next(line for line in f if line.startswith("flags")).split(":", 1)[1].split()
+    assert native_bf16(CPU) == bool({"avx512_bf16", "amx_bf16"} & set(flags))
+
+
+def test_native_bf16_on_a_gpu_asks_for_hardware_support(monkeypatch):
+    asked = []
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: asked.append(
+        including_emulation) or False)
+    assert native_bf16(torch.device("cuda", 0)) is False and asked == [False]
 
 
 def test_concurrent_train_and_predict():
