@@ -151,6 +151,14 @@ class Config:
     OPTIMIZER = 'rmsprop_tf'
     # (new) Adam's epsilon with OPTIMIZER='adam' (CleanRL's PPO uses 1e-5; torch's default is 1e-8)
     ADAM_EPSILON = 1e-5
+    # (new) Clip range of PPO's surrogate objective (Schulman et al. 2017), its ratio taken against the policy that
+    # acted, as Sample Factory's asynchronous PPO: -sum(min(r * A, clip(r, 1 - c, 1 + c) * A)), r = pi(a) / mu(a);
+    # it bounds how far one batch moves the policy, also from stale experience. 0 = off: the original's
+    # -sum(log pi(a) * A). PPO uses 0.1-0.2
+    PPO_CLIP = 0.0
+    # (new) Optimizer steps on each training batch (PPO's epochs; the advantages stay those of the first); 1 = the
+    # original's one step. More than 1 needs PPO_CLIP. Each step is an update (TPS, policy lag, MAX_POLICY_LAG)
+    PPO_EPOCHS = 1
 
     # (new) Correction of the policy lag: 'none' (the faithful algorithm) or 'vtrace' (IMPALA)
     POLICY_LAG_CORRECTION = 'none'

@@ -16,7 +16,11 @@ adv = R - V (V of the network being trained, without gradient) unless the traine
 GAE's). Opt-in, off by default: NORMALIZE_ADVANTAGES ((adv - mean) / (std + 1e-8) over the batch, std with
 Bessel's correction, as torch's .std() in CleanRL's and Stable-Baselines3's PPO and A2C), VALUE_LOSS_COEF (the
 value loss's weight, 1.0 = the original's), LOSS_REDUCTION='mean' (both losses divided by the batch size, as most
-implementations since do), OPTIMIZER='adam' (torch.optim.Adam with ADAM_EPSILON, instead of TF's RMSProp).
+implementations since do), OPTIMIZER='adam' (torch.optim.Adam with ADAM_EPSILON, instead of TF's RMSProp),
+PPO_CLIP (PPO's clipped surrogate in place of log_pi(a) * adv, its ratio r = pi(a) / mu(a) against the policy mu
+that acted, whose log-probabilities the trainer hands: -sum(min(r * adv, clip(r, 1 - c, 1 + c) * adv) + beta * H))
+and PPO_EPOCHS (that many optimizer steps on the batch, each from the weights the last one left, the advantages
+fixed at the first step's).
     log_pi = log(pi + LOG_EPSILON) (the paper's form; the original's code clamped, log(max(pi, LOG_EPSILON)), which
     zeroes the gradient below LOG_EPSILON), with
     pi = (softmax + MIN_POLICY) / (1 + MIN_POLICY * A); or, with USE_LOG_SOFTMAX, log_pi = log_softmax(logits) and
@@ -353,6 +357,8 @@ class NetworkVP:
         self.value_loss_coef = float(cfg.VALUE_LOSS_COEF)
         self.mean_loss = cfg.LOSS_REDUCTION == 'mean'
         self.optimizer_kind = cfg.OPTIMIZER
+        self.ppo_clip = float(cfg.PPO_CLIP)
+        self.ppo_epochs = int(cfg.PPO_EPOCHS)
         if self.dual and self.optimizer_kind != 'rmsprop_tf':
             raise ConfigError("DUAL_RMSPROP=True needs OPTIMIZER='rmsprop_tf'")
         self.optimizers = [self._make_optimizer() for _ in range(2 if self.dual else 1)]
@@ -426,8 +432,10 @@ class NetworkVP:
         return tuple(s.to(self.device, torch.float32, non_blocking=True) for s in state)
 
     def losses(self, logits: torch.Tensor, values: torch.Tensor, actions: torch.Tensor, returns: torch.Tensor,
-               beta: float, advantages: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
-        """The original's losses (sums over the batch), in fp32, as tensors, with the opt-in options above."""
+               beta: float, advantages: torch.Tensor | None = None,
+               behaviour_logp: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        """The original's losses (sums over the batch), in fp32, as tensors, with the opt-in options above;
+        'advantages' holds the advantages used (before normalisation), for the further PPO_EPOCHS steps."""
         logits, values = logits.float(), values.float()
         pi, log_pi = self._policy(logits)
         log_pi = self._log_pi(pi, log_pi)
@@ -435,19 +443,36 @@ class NetworkVP:
             advantages = returns - values.detach()
         else:
             advantages = advantages.to(self.device, torch.float32).detach()
+        used = advantages
         if self.normalize_advantages:  # one sample has no standard deviation: it is only centred (to 0)
             advantages = advantages - advantages.mean()
             if advantages.numel() > 1:
                 advantages = advantages / (advantages.std() + 1e-8)
-        log_pi_a = log_pi.gather(1, actions.view(-1, 1)).squeeze(1)
         entropy = -(pi * log_pi).sum(dim=1)
-        loss_p = -(log_pi_a * advantages + beta * entropy).sum()
+        extra = {}
+        if self.ppo_clip > 0:
+            if behaviour_logp is None:
+                raise ValueError("NetworkVP.losses: PPO_CLIP needs the acting policy's log-probabilities")
+            # log pi(a) in the agents' form, log(pi(a) + 1e-20), so that r = 1 where the policy has not moved
+            log_ratio = torch.log(pi.gather(1, actions.view(-1, 1)).squeeze(1) + 1e-20) - \
+                behaviour_logp.to(self.device, torch.float32)
+            ratio = torch.exp(log_ratio)
+            clipped = torch.clamp(ratio, 1.0 - self.ppo_clip, 1.0 + self.ppo_clip)
+            surrogate = torch.minimum(ratio * advantages, clipped * advantages)
+            loss_p = -(surrogate + beta * entropy).sum()
+            with torch.no_grad():
+                extra = dict(clip_fraction=((ratio - 1.0).abs() > self.ppo_clip).float().mean(),
+                             approx_kl=((ratio - 1.0) - log_ratio).mean())  # k3 of Schulman's KL estimators
+        else:
+            log_pi_a = log_pi.gather(1, actions.view(-1, 1)).squeeze(1)
+            loss_p = -(log_pi_a * advantages + beta * entropy).sum()
         loss_v = 0.5 * (returns - values).square().sum()
         if self.value_loss_coef != 1.0:
             loss_v = self.value_loss_coef * loss_v
         if self.mean_loss:
             loss_p, loss_v = loss_p / values.shape[0], loss_v / values.shape[0]
-        return dict(loss_policy=loss_p, loss_value=loss_v, entropy=entropy.mean(), value_mean=values.mean())
+        return dict(loss_policy=loss_p, loss_value=loss_v, entropy=entropy.mean(), value_mean=values.mean(),
+                    advantages=used, **extra)
 
     # ------------------------------------------------------------------ public API
     def num_parameters(self) -> int:
@@ -467,24 +492,44 @@ class NetworkVP:
             return pi.cpu(), out[1].float().cpu()
 
     def train(self, states: torch.Tensor, actions: torch.Tensor, returns: torch.Tensor, lr: float, beta: float,
-              advantages: torch.Tensor | None = None, sequences: list | None = None) -> dict[str, float]:
-        """One training step on the batch; returns loss_policy, loss_value, loss_total, entropy (mean per
-        sample), grad_norm (before clipping), batch_size, value_mean, version (after this update).
+              advantages: torch.Tensor | None = None, sequences: list | None = None,
+              behaviour_logp: torch.Tensor | None = None) -> dict[str, float]:
+        """PPO_EPOCHS training steps (1: the original's one) on the batch; returns the first step's loss_policy,
+        loss_value, loss_total, entropy (mean per sample), grad_norm (before clipping) and value_mean, and
+        batch_size, version (after the last step); with PPO_CLIP, clip_fraction (the share of ratios outside the
+        clip range) and approx_kl (KL(mu || pi) estimated) averaged over the steps.
 
         With the LSTM network, `sequences` lists the blocks the batch is made of, in order: (h0, c0, notdone),
         a block of T steps of B sequences being T * B time-major states unrolled from (h0, c0) [B, LSTM_SIZE]
-        with the not-done masks [T, B] (truncated back-propagation through the block)."""
+        with the not-done masks [T, B] (truncated back-propagation through the block). With PPO_CLIP,
+        `behaviour_logp` holds log mu(a) of each transition, as the agent computed it."""
         batch = int(states.shape[0])
         if batch == 0:
             raise ValueError("NetworkVP.train: empty batch")
         actions = actions.to(self.device, torch.int64, non_blocking=True)
         returns = returns.to(self.device, torch.float32, non_blocking=True)
+        if behaviour_logp is not None:
+            behaviour_logp = behaviour_logp.to(self.device, torch.float32, non_blocking=True)
+        first, ppo = None, []
+        for _ in range(self.ppo_epochs):
+            stats, advantages = self._train_step(states, actions, returns, lr, beta, advantages, sequences,
+                                                 behaviour_logp)
+            first = first or stats
+            if self.ppo_clip > 0:
+                ppo.append((stats['clip_fraction'], stats['approx_kl']))
+        out = dict(first, batch_size=float(batch), version=stats['version'])
+        if ppo:
+            out['clip_fraction'], out['approx_kl'] = (sum(v) / len(ppo) for v in zip(*ppo, strict=True))
+        return out
+
+    def _train_step(self, states, actions, returns, lr, beta, advantages, sequences, behaviour_logp):
+        """One optimizer step; returns its statistics and the advantages it used (fixed for further epochs)."""
         with self._lock:
             params = [p.detach().clone() for p in self._params]
         for p in params:
             p.requires_grad_(True)
         logits, values = self._forward_train(states, params, sequences)
-        out = self.losses(logits, values, actions, returns, beta, advantages)
+        out = self.losses(logits, values, actions, returns, beta, advantages, behaviour_logp)
         loss_p, loss_v = out['loss_policy'], out['loss_value']
         if self.dual:
             gp = torch.autograd.grad(loss_p, params, retain_graph=True, allow_unused=True)
@@ -507,10 +552,12 @@ class NetworkVP:
                 self._step(opt, grads)
             self.version += 1
             version = self.version
-        stats = torch.stack([loss_p.detach(), loss_v.detach(), out['entropy'].detach(), grad_norm.detach(),
-                             out['value_mean'].detach()]).tolist()
-        return dict(loss_policy=stats[0], loss_value=stats[1], loss_total=stats[0] + stats[1], entropy=stats[2],
-                    grad_norm=stats[3], batch_size=float(batch), value_mean=stats[4], version=float(version))
+        names = ['loss_policy', 'loss_value', 'entropy', 'grad_norm', 'value_mean'] + \
+            (['clip_fraction', 'approx_kl'] if self.ppo_clip > 0 else [])
+        values = torch.stack([(grad_norm if name == 'grad_norm' else out[name]).detach() for name in names]).tolist()
+        stats = dict(zip(names, values, strict=True))
+        stats.update(loss_total=stats['loss_policy'] + stats['loss_value'], version=float(version))
+        return stats, out['advantages']
 
     def _forward_train(self, states, params, sequences):
         if not self.recurrent_size:

@@ -17,6 +17,9 @@ trace needs a contiguous run of steps up to the bootstrap state): the rest of th
 dropped transitions are counted as in the faithful path. As versions only grow along a rollout, this drops the
 same transitions as the faithful path. The rollouts' own n-step returns are not used by V-trace.
 
+With PPO_CLIP > 0 (both paths) each transition's log mu(a), as the agent computed it when acting, goes to the
+training step with it: PPO's ratio is taken against the policy that acted, however stale (Sample Factory's APPO).
+
 With GAE_LAMBDA < 1 (generalised advantage estimation, both paths) the rollouts' returns are lambda-returns, the
 value targets, and their GAE advantages, computed by the agent with the values it acted with, are the policy
 loss's advantages (instead of the returns minus the current network's values).
@@ -107,9 +110,10 @@ class ThreadTrainer(threading.Thread):
         returns = torch.empty(capacity, dtype=torch.float32, pin_memory=pin)
         states_np, actions_np, returns_np = states.numpy(), actions.numpy(), returns.numpy()
         versions = np.empty(capacity, dtype=np.int64)
-        gae = cfg.GAE_LAMBDA != 1.0
+        gae, ppo = cfg.GAE_LAMBDA != 1.0, cfg.PPO_CLIP > 0
         advantages = torch.empty(capacity if gae else 0, dtype=torch.float32, pin_memory=pin)
-        advantages_np = advantages.numpy()
+        logp = torch.empty(capacity if ppo else 0, dtype=torch.float32, pin_memory=pin)
+        advantages_np, logp_np = advantages.numpy(), logp.numpy()
 
         def take(slot: int, steps: int, n: int) -> None:
             count = steps * lay.envs
@@ -120,11 +124,16 @@ class ThreadTrainer(threading.Thread):
             versions[n:end] = sh.exp_version[slot, :steps].reshape(count)
             if gae:
                 advantages_np[n:end] = sh.exp_advantages[slot, :steps].reshape(count)
+            if ppo:
+                logp_np[n:end] = sh.exp_logp[slot, :steps].reshape(count)
 
-        self._loop(take, lambda n: self._train(states, actions, returns, versions, n, advantages if gae else None))
+        self._loop(take, lambda n: self._train(states, actions, returns, versions, n, advantages if gae else None,
+                                               logp if ppo else None))
 
-    def _train(self, states, actions, returns, versions, n: int, advantages: torch.Tensor | None = None) -> None:
-        """Trains on the first n transitions gathered (with GAE, on their GAE advantages too)."""
+    def _train(self, states, actions, returns, versions, n: int, advantages: torch.Tensor | None = None,
+               logp: torch.Tensor | None = None) -> None:
+        """Trains on the first n transitions gathered (with GAE, on their GAE advantages too; with PPO_CLIP, on
+        the acting policy's log-probabilities too)."""
         srv, cfg = self.server, self.server.cfg
         lag = srv.network.version - versions[:n]
         dropped = 0
@@ -136,12 +145,15 @@ class ThreadTrainer(threading.Thread):
                 states, actions, returns = states[index], actions[index], returns[index]
                 if advantages is not None:
                     advantages = advantages[index]
+                if logp is not None:
+                    logp = logp[index]
                 lag = lag[keep]
         used = n - dropped
         scalars = None
         if used:
+            extra = {} if logp is None else dict(behaviour_logp=logp[:used])
             scalars = srv.network.train(states[:used], actions[:used], returns[:used], srv.learning_rate, srv.beta,
-                                        advantages=None if advantages is None else advantages[:used])
+                                        advantages=None if advantages is None else advantages[:used], **extra)
         self._count(dropped, used, lag, scalars)
 
     def _count(self, dropped: int, used: int, lag: np.ndarray | None, scalars: dict | None) -> None:
@@ -151,7 +163,7 @@ class ThreadTrainer(threading.Thread):
             c = srv.shared.counters
             c[sb.C_DROPPED] += dropped
             if used:
-                c[sb.C_UPDATES] += 1
+                c[sb.C_UPDATES] += srv.network.ppo_epochs  # optimizer steps: one per epoch over the batch
                 c[sb.C_TRAIN_BATCHES] += 1
                 c[sb.C_TRAINED] += used
                 c[sb.C_LAG_SUM] += float(lag.sum())
@@ -238,7 +250,7 @@ class ThreadTrainer(threading.Thread):
         srv, cfg = self.server, self.server.cfg
         net = srv.network
         vtrace = cfg.POLICY_LAG_CORRECTION == 'vtrace'
-        gae = cfg.GAE_LAMBDA != 1.0
+        gae, ppo = cfg.GAE_LAMBDA != 1.0, cfg.PPO_CLIP > 0
         rollouts = len(lengths)
         envs = buf["actions"].shape[2]
         lag = net.version - buf["versions"][:rollouts]  # [R, T, E]; only the first lengths[i] steps are real
@@ -290,21 +302,23 @@ class ThreadTrainer(threading.Thread):
                     vs, advantages = vtrace_targets(block["logp"], target_logp, block["rewards"], values[:m],
                                                     values[m], discounts, float(cfg.VTRACE_RHO), float(cfg.VTRACE_C),
                                                     truncated=block["truncated"].bool())
-                    parts.append((states[:m * width], actions.view(-1), vs.view(-1), advantages.view(-1)))
-                elif gae:
-                    parts.append((states, actions.view(-1), block["returns"].view(-1), block["advantages"].view(-1)))
+                    part = dict(states=states[:m * width], returns=vs.view(-1), advantages=advantages.view(-1))
                 else:
-                    parts.append((states, actions.view(-1), block["returns"].view(-1)))
+                    part = dict(states=states, returns=block["returns"].view(-1))
+                    if gae:
+                        part["advantages"] = block["advantages"].view(-1)
+                part["actions"] = actions.view(-1)
+                if ppo:
+                    part["behaviour_logp"] = block["logp"].view(-1)
+                parts.append(part)
                 lags.append(lag[cols, rows[:m]].reshape(-1))
         scalars = lag_used = None
         if used:
-            if len(parts) == 1:
-                batch = parts[0]
-            else:
-                batch = tuple(torch.cat(p) for p in zip(*parts, strict=True))
+            batch = parts[0] if len(parts) == 1 else {k: torch.cat([p[k] for p in parts]) for k in parts[0]}
             lag_used = np.concatenate(lags)
-            advantages = batch[3] if vtrace or gae else None
             extra = dict(sequences=sequences) if recurrent else {}
-            scalars = net.train(batch[0], batch[1], batch[2], srv.learning_rate, srv.beta, advantages=advantages,
-                                **extra)
+            if ppo:
+                extra["behaviour_logp"] = batch["behaviour_logp"]
+            scalars = net.train(batch["states"], batch["actions"], batch["returns"], srv.learning_rate, srv.beta,
+                                advantages=batch.get("advantages"), **extra)
         self._count(dropped, used, lag_used, scalars)

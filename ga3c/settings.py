@@ -397,6 +397,11 @@ def validate(cfg: Config, *, sources: Mapping[str, str] | None = None) -> None:
     one_of('LOSS_REDUCTION', ('sum', 'mean'))
     one_of('OPTIMIZER', ('rmsprop_tf', 'adam'))
     positive('ADAM_EPSILON')
+    fraction('PPO_CLIP', closed=False)
+    at_least('PPO_EPOCHS', 1)
+    _check(cfg.PPO_EPOCHS == 1 or cfg.PPO_CLIP > 0, cfg, 'PPO_EPOCHS',
+           '1 without PPO_CLIP (further steps on the same batch, unclipped, move the policy without bound)',
+           'set PPO_CLIP (PPO uses 0.1-0.2) or PPO_EPOCHS=1', src)
     _check(not (cfg.DUAL_RMSPROP and cfg.OPTIMIZER != 'rmsprop_tf'), cfg, 'DUAL_RMSPROP',
            "False with OPTIMIZER='adam' (two optimizers, one per loss, are the original's RMSProp variant)",
            "set DUAL_RMSPROP=False or OPTIMIZER='rmsprop_tf'", src)

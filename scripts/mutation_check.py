@@ -35,11 +35,13 @@ ANNEALING = ["tests/test_server.py", "-k", "annealing"]
 TENSORBOARD = ["tests/test_server.py", "-k", "train_scalars"]
 # the recurrent path: the predictor's and the trainer's outputs, the stored start states (no learning run)
 LSTM = ["tests/test_lstm.py", "-k", "not learns and not resumes"]
+PPO = ["tests/test_network.py", "-k", "ppo"]
 
 AGENT = "ga3c/ProcessAgent.py"
 ROLLOUT = "ga3c/Rollout.py"
 PREDICTOR = "ga3c/ThreadPredictor.py"
 TRAINER = "ga3c/ThreadTrainer.py"
+NETWORK = "ga3c/NetworkVP.py"
 
 
 @dataclass
@@ -137,6 +139,15 @@ FAULTS = [
             "progress = self.episodes() / ")], ANNEALING),
     Fault("server: beta missing from the train/* scalars",
           [("ga3c/Server.py", '"train/beta": self.beta,', "")], TENSORBOARD),
+    Fault("trainer: PPO's log mu not kept in step with the batch when stale transitions are dropped",
+          [(TRAINER, "                if logp is not None:\n                    logp = logp[index]\n", "")]),
+    Fault("trainer: an update counted per batch, not per PPO epoch",
+          [(TRAINER, "c[sb.C_UPDATES] += srv.network.ppo_epochs", "c[sb.C_UPDATES] += 1")]),
+    Fault("network: PPO's surrogate without the clip",
+          [(NETWORK, "surrogate = torch.minimum(ratio * advantages, clipped * advantages)",
+            "surrogate = ratio * advantages")], PPO),
+    Fault("network: PPO's later epochs recompute the advantages with the moved weights",
+          [(NETWORK, "stats, advantages = self._train_step(", "stats, _ = self._train_step(")], PPO),
 ]
 
 

@@ -431,15 +431,19 @@ def test_predictor_gives_each_agent_its_own_rows_and_the_version_that_computed_t
 
 
 # ------------------------------------------------------------------------------------------------- the trainer
+@pytest.mark.parametrize("ppo", [False, True], ids=["", "PPO_CLIP=0.2,PPO_EPOCHS=3"])
 @pytest.mark.parametrize("gae", [1.0, 0.9], ids=["n-step", "GAE_LAMBDA=0.9"])
 @pytest.mark.parametrize("max_lag", [3, 0], ids=["MAX_POLICY_LAG=3", "MAX_POLICY_LAG=0"])
-def test_trainer_batch_is_the_rollouts_and_max_policy_lag_keeps_its_boundary(max_lag, gae):
+def test_trainer_batch_is_the_rollouts_and_max_policy_lag_keeps_its_boundary(max_lag, gae, ppo):
     """Rollouts of several lengths in slots out of order, lags around the limit: the batch train() gets is every
-    kept transition of the rollouts, in order (rollout, step, env), with its own state, action and return (and
-    with GAE its advantage); a lag equal to MAX_POLICY_LAG is kept, one more is dropped (0: nothing is dropped)."""
+    kept transition of the rollouts, in order (rollout, step, env), with its own state, action and return (with
+    GAE its advantage, with PPO_CLIP the log-probability its action was drawn with); a lag equal to
+    MAX_POLICY_LAG is kept, one more is dropped (0: nothing is dropped). Each of PPO_EPOCHS steps is an update."""
     tmax, envs, now = 4, 2, 20
+    epochs = 3 if ppo else 1
     cfg = parse_settings(["ATARI_GAME=CartPole-v1", "DEVICE=cpu", f"TIME_MAX={tmax}", f"ENVS_PER_AGENT={envs}",
-                          f"MAX_POLICY_LAG={max_lag}", "TRAINING_MIN_BATCH_SIZE=1000", f"GAE_LAMBDA={gae}"])
+                          f"MAX_POLICY_LAG={max_lag}", "TRAINING_MIN_BATCH_SIZE=1000", f"GAE_LAMBDA={gae}",
+                          f"PPO_CLIP={0.2 if ppo else 0.0}", f"PPO_EPOCHS={epochs}"])
     layout = sb.Layout(max_agents=1, slots=6, envs=envs, time_max=tmax, state_shape=(4,), state_dtype="float32",
                        num_actions=2)
     sh = sb.SharedBuffers(mp.get_context("spawn"), layout)
@@ -461,17 +465,19 @@ def test_trainer_batch_is_the_rollouts_and_max_policy_lag_keeps_its_boundary(max
                 sh.exp_actions[slot, t, e] = rng.integers(0, 2)
                 sh.exp_returns[slot, t, e] = rng.normal()
                 sh.exp_advantages[slot, t, e] = rng.normal()
+                sh.exp_logp[slot, t, e] = -rng.uniform(0.1, 3.0)
                 sh.exp_version[slot, t, e] = now - lags[t][e]
                 if max_lag == 0 or lags[t][e] <= max_lag:
                     expected.append((uid, int(sh.exp_actions[slot, t, e]), float(sh.exp_returns[slot, t, e]),
-                                     float(sh.exp_advantages[slot, t, e]), lags[t][e]))
+                                     float(sh.exp_logp[slot, t, e]), float(sh.exp_advantages[slot, t, e]),
+                                     lags[t][e]))
     net = NetworkVP(cfg, (4,), 2, torch.device("cpu"))
     net.version = now
     calls = []
 
-    def record_train(states, actions, returns, lr, beta, advantages=None):
+    def record_train(states, actions, returns, lr, beta, advantages=None, behaviour_logp=None):
         calls.append((states.clone(), actions.clone(), returns.clone(), None if advantages is None else
-                      advantages.clone()))
+                      advantages.clone(), None if behaviour_logp is None else behaviour_logp.clone()))
         return {"loss_total": 0.0}
 
     net.train = record_train
@@ -482,10 +488,14 @@ def test_trainer_batch_is_the_rollouts_and_max_policy_lag_keeps_its_boundary(max
 
     assert srv.released == [slot for slot, _ in plan]
     assert len(calls) == 1
-    states, actions, returns, advantages = calls[0]
+    states, actions, returns, advantages, logp = calls[0]
     assert states[:, 0].tolist() == [float(uid) for uid, *_ in expected]
-    assert actions.tolist() == [a for _, a, _, _, _ in expected]
-    np.testing.assert_array_equal(returns.numpy(), np.array([r for _, _, r, _, _ in expected], dtype=np.float32))
+    assert actions.tolist() == [a for _, a, *_ in expected]
+    np.testing.assert_array_equal(returns.numpy(), np.array([r for _, _, r, *_ in expected], dtype=np.float32))
+    if ppo:
+        np.testing.assert_array_equal(logp.numpy(), np.array([m for _, _, _, m, _, _ in expected], dtype=np.float32))
+    else:
+        assert logp is None
     if gae == 1.0:
         assert advantages is None
     else:
@@ -494,5 +504,5 @@ def test_trainer_batch_is_the_rollouts_and_max_policy_lag_keeps_its_boundary(max
     kept_lags = [lag for *_, lag in expected]
     c = sh.counters
     assert (c[sb.C_TRAINED], c[sb.C_DROPPED]) == (len(expected), produced - len(expected))
-    assert c[sb.C_LAG_SUM] == sum(kept_lags) and c[sb.C_LAG_MAX] == max(kept_lags) and c[sb.C_UPDATES] == 1
+    assert c[sb.C_LAG_SUM] == sum(kept_lags) and c[sb.C_LAG_MAX] == max(kept_lags) and c[sb.C_UPDATES] == epochs
     assert srv.lag_seen == (pytest.approx(np.mean(kept_lags)), max(kept_lags))

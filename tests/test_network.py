@@ -156,6 +156,117 @@ def test_losses_match_numpy(variant):
     assert out['batch_size'] == 7
 
 
+# ---------------------------------------------------------------- PPO's clipped surrogate (PPO_CLIP, PPO_EPOCHS)
+def np_ppo_policy_loss(logits, a, adv, mu_logp, clip, beta, log_eps, min_policy, normalize=False, mean=False):
+    """Schulman et al. 2017, eq. 7, summed (or averaged) over the batch, plus the entropy bonus; the ratio taken
+    against the acting policy's log-probabilities, log pi(a) in the agents' form log(pi(a) + 1e-20)."""
+    logits = np.asarray(logits, dtype=np.float64)
+    n, na = logits.shape
+    z = logits - logits.max(axis=1, keepdims=True)
+    pi = (np.exp(z) / np.exp(z).sum(axis=1, keepdims=True) + min_policy) / (1 + min_policy * na)
+    adv = np.asarray(adv, dtype=np.float64)
+    if normalize:
+        adv = (adv - adv.mean()) / (adv.std(ddof=1) + 1e-8)
+    ratio = np.exp(np.log(pi[np.arange(n), a] + 1e-20) - np.asarray(mu_logp, dtype=np.float64))
+    surrogate = np.minimum(ratio * adv, np.clip(ratio, 1 - clip, 1 + clip) * adv)
+    ent = -(pi * np.log(pi + log_eps)).sum(axis=1)
+    lp = -(surrogate + beta * ent).sum()
+    kl = ((ratio - 1) - np.log(ratio)).mean()
+    return (lp / n if mean else lp), np.mean(np.abs(ratio - 1) > clip), kl, ratio
+
+
+def ppo_case(net, n=8, seed=2):
+    """A batch, its advantages, and acting log-probabilities whose ratios to the network's policy run from 0.5
+    to 1.6: inside and outside the clip range on both sides, for advantages of both signs."""
+    x, a, r = mlp_batch(n, seed)
+    with torch.no_grad():
+        logits, _ = net.forward(x)
+    pi_a = torch.softmax(logits, dim=1).gather(1, a.view(-1, 1)).squeeze(1)
+    if net.min_policy:
+        pi_a = (pi_a + net.min_policy) / (1 + net.min_policy * net.num_actions)
+    ratios = torch.linspace(0.5, 1.6, n)
+    adv = torch.tensor([1.0, -1.0] * (n // 2)) * torch.linspace(0.5, 2.0, n)
+    return x, a, r, adv, torch.log(pi_a + 1e-20) - torch.log(ratios), logits
+
+
+@pytest.mark.parametrize('variant', [dict(), dict(MIN_POLICY=0.1), dict(NORMALIZE_ADVANTAGES=True),
+                                     dict(LOSS_REDUCTION='mean')])
+def test_ppo_clipped_surrogate_matches_numpy(variant):
+    net = mlp(PPO_CLIP=0.2, **variant)
+    x, a, r, adv, mu, logits = ppo_case(net)
+    lp, frac, kl, ratio = np_ppo_policy_loss(logits.numpy(), a.numpy(), adv.numpy(), mu.numpy(), 0.2, 0.05,
+                                             net.log_epsilon, net.min_policy, net.normalize_advantages,
+                                             net.mean_loss)
+    np.testing.assert_allclose(ratio, np.linspace(0.5, 1.6, 8), rtol=1e-5)
+    assert 0 < frac < 1
+    out = net.train(x, a, r, lr=1e-3, beta=0.05, advantages=adv, behaviour_logp=mu)
+    assert out['loss_policy'] == pytest.approx(lp, rel=1e-5, abs=1e-6)
+    assert out['clip_fraction'] == pytest.approx(frac) and out['approx_kl'] == pytest.approx(kl, rel=1e-4)
+
+
+def test_ppo_gradient_vanishes_exactly_where_the_ratio_is_clipped():
+    """d loss / d logits: zero (bar the entropy, here off) for a sample whose ratio is clipped on the side its
+    advantage pushes, -A * r * (onehot(a) - pi) for the others (the gradient of -r * A)."""
+    net = mlp(PPO_CLIP=0.2)
+    x, a, r, adv, mu, logits = ppo_case(net)
+    logits = logits.clone().requires_grad_(True)
+    _, values = net.forward(x)
+    out = net.losses(logits, values.detach(), a, r, 0.0, adv, mu)
+    (grad,) = torch.autograd.grad(out['loss_policy'], logits)
+    pi = torch.softmax(logits.detach(), dim=1).double().numpy()
+    ratio = np.linspace(0.5, 1.6, 8)
+    flat = (adv.numpy() > 0) & (ratio > 1.2) | (adv.numpy() < 0) & (ratio < 0.8)
+    assert flat.any() and (~flat).any()
+    onehot = np.eye(3)[a.numpy()]
+    want = -(adv.numpy() * ratio)[:, None] * (onehot - pi)
+    want[flat] = 0.0
+    np.testing.assert_allclose(grad.numpy(), want, rtol=1e-4, atol=1e-7)
+
+
+def test_ppo_on_policy_step_is_the_originals_policy_gradient():
+    """Where the acting policy is the current one (r = 1), the clipped surrogate's gradient is that of
+    log pi(a) * A: one step with PPO_CLIP leaves the same weights as one without (LOG_EPSILON=0 to match the
+    agents' log form)."""
+    plain, ppo = mlp(LOG_EPSILON=0.0), mlp(LOG_EPSILON=0.0, PPO_CLIP=0.2)
+    x, a, r = mlp_batch(8, 3)
+    probs, _ = plain.predict(x)
+    mu = torch.log(probs.gather(1, a.view(-1, 1)).squeeze(1) + 1e-20)
+    plain.train(x, a, r, lr=1e-2, beta=0.01)
+    out = ppo.train(x, a, r, lr=1e-2, beta=0.01, behaviour_logp=mu)
+    assert out['clip_fraction'] == 0.0 and abs(out['approx_kl']) < 1e-6
+    for p, q in zip(plain.model.parameters(), ppo.model.parameters(), strict=True):
+        torch.testing.assert_close(q, p, rtol=1e-5, atol=1e-7)
+    assert not torch.equal(plain.model.policy.weight, mlp().model.policy.weight)  # the step did move them
+
+
+@pytest.mark.parametrize('network', ['mlp', 'lstm'])
+def test_ppo_epochs_are_steps_from_the_last_weights_with_the_first_advantages(network):
+    """PPO_EPOCHS=3 in one call = three single steps, each from the weights the one before left, all with the
+    advantages R - V of the weights before the first (not recomputed); three updates on the version."""
+    kw = dict(PPO_CLIP=0.2, NETWORK_TYPE='lstm', LSTM_SIZE=8) if network == 'lstm' else dict(PPO_CLIP=0.2)
+    three, one = mlp(PPO_EPOCHS=3, **kw), mlp(**kw)
+    x, a, r = mlp_batch(8, 4)
+    seq = [(torch.zeros(4, 8), torch.zeros(4, 8), torch.ones(2, 4))] if network == 'lstm' else None
+    extra = dict(sequences=seq) if seq else {}
+    with torch.no_grad():
+        out = one.forward(x, state=seq[0][:2], notdone=seq[0][2]) if seq else one.forward(x)
+    adv0 = r - out[1].float()
+    mu = torch.full((8,), -1.1)
+    got = three.train(x, a, r, lr=1e-2, beta=0.01, behaviour_logp=mu, **extra)
+    steps = [one.train(x, a, r, lr=1e-2, beta=0.01, advantages=adv0, behaviour_logp=mu, **extra) for _ in range(3)]
+    for p, q in zip(one.model.parameters(), three.model.parameters(), strict=True):
+        torch.testing.assert_close(q, p, rtol=1e-5, atol=1e-7)
+    assert three.version == 3 and got['version'] == 3.0
+    assert got['loss_policy'] == pytest.approx(steps[0]['loss_policy'], rel=1e-5)  # the first step's losses
+    assert got['clip_fraction'] == pytest.approx(np.mean([s['clip_fraction'] for s in steps]))
+    assert steps[-1]['clip_fraction'] > 0  # the later steps moved the policy far enough to clip
+
+
+def test_ppo_needs_the_acting_log_probabilities():
+    with pytest.raises(ValueError, match="acting policy"):
+        mlp(PPO_CLIP=0.2).train(*mlp_batch(4), lr=1e-3, beta=0.01)
+
+
 def test_log_epsilon_keeps_gradient_below_epsilon():
     # log(pi + eps), the paper's form: a chosen action with pi (4.5e-5) < eps still gets a gradient (a clamp would not)
     net = mlp(LOG_EPSILON=1e-3)

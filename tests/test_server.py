@@ -114,22 +114,30 @@ TRAIN_TAGS = ("loss_policy", "loss_value", "loss_total", "entropy", "grad_norm",
               "version", "learning_rate", "beta", "policy_lag_mean", "policy_lag_max", "updates")
 
 
-def test_train_scalars_reach_tensorboard(tmp_path, tag):
+@pytest.mark.parametrize("ppo", [False, True], ids=["", "PPO_CLIP=0.2,PPO_EPOCHS=2"])
+def test_train_scalars_reach_tensorboard(tmp_path, tag, ppo):
     """The run ends on EPISODES (counted by the stats process, which writes the event file): a run stopped
-    before the stats process has imported TensorBoard would have nothing to show."""
+    before the stats process has imported TensorBoard would have nothing to show. With PPO_CLIP, its clip
+    fraction and KL estimate too (and only then)."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     rc, out, err = run_ga3c([*CARTPOLE, "AGENTS=2", "TENSORBOARD=True", "TENSORBOARD_UPDATE_FREQUENCY=5",
                              "EPISODES=40", "SAVE_MODELS=False", "LEARNING_RATE_START=0.0005",
-                             "LEARNING_RATE_END=0.0005", "BETA_START=0.02", "BETA_END=0.02"], tmp_path, timeout=240,
+                             "LEARNING_RATE_END=0.0005", "BETA_START=0.02", "BETA_END=0.02",
+                             *(["PPO_CLIP=0.2", "PPO_EPOCHS=2"] if ppo else [])], tmp_path, timeout=240,
                             env=tagged_env(tag))
     assert rc == 0, tail(err)
     s = summary(err)
     acc = EventAccumulator(str(tmp_path / "logs"))
     acc.Reload()
     tags = set(acc.Tags()["scalars"])
-    missing = [t for t in TRAIN_TAGS if f"train/{t}" not in tags]
+    ppo_tags = ("clip_fraction", "approx_kl")
+    missing = [t for t in TRAIN_TAGS + (ppo_tags if ppo else ()) if f"train/{t}" not in tags]
     assert not missing, (missing, sorted(tags))
+    assert ppo or not {f"train/{t}" for t in ppo_tags} & tags
+    if ppo:
+        assert all(0 <= e.value <= 1 for e in acc.Scalars("train/clip_fraction"))
+        assert all(e.value >= -1e-6 for e in acc.Scalars("train/approx_kl"))  # k3 = (r - 1) - log r >= 0
     series = {t: acc.Scalars(f"train/{t}") for t in TRAIN_TAGS}
     n = len(series["updates"])
     assert n >= 2 and all(len(v) == n for v in series.values()), {t: len(v) for t, v in series.items()}

@@ -281,6 +281,7 @@ def test_range_error_names_toml_source(tmp_path):
     ('LOAD_EPISODE=-1', 'LOAD_EPISODE'),
     ('GAE_LAMBDA=1.1', 'GAE_LAMBDA'), ('GAE_LAMBDA=-0.1', 'GAE_LAMBDA'), ('VALUE_LOSS_COEF=0', 'VALUE_LOSS_COEF'),
     ('LOSS_REDUCTION=avg', 'LOSS_REDUCTION'), ('OPTIMIZER=sgd', 'OPTIMIZER'), ('ADAM_EPSILON=0', 'ADAM_EPSILON'),
+    ('PPO_CLIP=-0.1', 'PPO_CLIP'), ('PPO_CLIP=1', 'PPO_CLIP'), ('PPO_EPOCHS=0', 'PPO_EPOCHS'),
 ])
 def test_ranges(arg, key):
     msg = error_of([arg])
@@ -294,6 +295,11 @@ def test_learning_options_that_do_not_combine():
     msg = error_of(['OPTIMIZER=adam', 'DUAL_RMSPROP=true'])
     assert msg.startswith('bad value for DUAL_RMSPROP: True')
     assert "set DUAL_RMSPROP=False or OPTIMIZER='rmsprop_tf'" in msg
+    assert error_of(['PPO_EPOCHS=4']) == (
+        "bad value for PPO_EPOCHS: 4 (from the command line); expected 1 without PPO_CLIP (further steps on the same "
+        "batch, unclipped, move the policy without bound); set PPO_CLIP (PPO uses 0.1-0.2) or PPO_EPOCHS=1")
+    assert parse_settings(['PPO_EPOCHS=4', 'PPO_CLIP=0.2', 'POLICY_LAG_CORRECTION=vtrace']).PPO_EPOCHS == 4
+    assert parse_settings(['PRECISION=auto']).PRECISION == 'auto'
     cfg = parse_settings(['GAE_LAMBDA=0.95', 'NORMALIZE_ADVANTAGES=true', 'VALUE_LOSS_COEF=0.5',
                           'LOSS_REDUCTION=mean', 'OPTIMIZER=adam', 'ADAM_EPSILON=1e-8', 'NETWORK_TYPE=lstm'])
     validate(cfg)

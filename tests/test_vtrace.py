@@ -185,13 +185,17 @@ def test_no_gradient_flows():
 
 
 # ---------------------------------------------------------------------------------------------------------------
-def test_trainer_vtrace_path_with_mixed_lengths_and_stale_steps():
+@pytest.mark.parametrize("ppo", [False, True], ids=["", "PPO_CLIP=0.1,PPO_EPOCHS=2"])
+def test_trainer_vtrace_path_with_mixed_lengths_and_stale_steps(ppo):
     """A lag equal to MAX_POLICY_LAG is kept, one more drops the step and every step before it; the time-limit
-    flags of the slots reach the V-trace targets."""
+    flags of the slots reach the V-trace targets; with PPO_CLIP each kept step's log mu reaches train() beside it,
+    and each of PPO_EPOCHS steps is an update."""
     tmax, envs, gamma, max_lag, now = 5, 2, 0.95, 3, 20
+    epochs = 2 if ppo else 1
     cfg = parse_settings(["ATARI_GAME=CartPole-v1", "DEVICE=cpu", "POLICY_LAG_CORRECTION=vtrace", "VTRACE_RHO=1.0",
                           "VTRACE_C=0.9", f"TIME_MAX={tmax}", f"ENVS_PER_AGENT={envs}", f"DISCOUNT={gamma}",
-                          f"MAX_POLICY_LAG={max_lag}", "TRAINING_MIN_BATCH_SIZE=1000"])
+                          f"MAX_POLICY_LAG={max_lag}", "TRAINING_MIN_BATCH_SIZE=1000",
+                          f"PPO_CLIP={0.1 if ppo else 0.0}", f"PPO_EPOCHS={epochs}"])
     layout = sb.Layout(max_agents=1, slots=8, envs=envs, time_max=tmax, state_shape=(4,), state_dtype="float32",
                        num_actions=2)
     sh = sb.SharedBuffers(mp.get_context("spawn"), layout)
@@ -218,8 +222,9 @@ def test_trainer_vtrace_path_with_mixed_lengths_and_stale_steps():
     srv = FakeServer(cfg, sh, net, [(0, slot, steps) for slot, steps, _ in plan])
     calls = []
 
-    def fake_train(states, actions, returns, lr, beta, advantages=None):
-        calls.append((states.clone(), actions.clone(), returns.clone(), advantages.clone()))
+    def fake_train(states, actions, returns, lr, beta, advantages=None, behaviour_logp=None):
+        calls.append((states.clone(), actions.clone(), returns.clone(), advantages.clone(),
+                      None if behaviour_logp is None else behaviour_logp.clone()))
         return {"loss_total": 0.0}
 
     net.train = fake_train
@@ -229,13 +234,14 @@ def test_trainer_vtrace_path_with_mixed_lengths_and_stale_steps():
 
     assert sorted(srv.released) == [slot for slot, _, _ in plan]
     assert len(calls) == 1
-    states, actions, vs, adv = calls[0]
+    states, actions, vs, adv, logp = calls[0]
+    assert (logp is not None) == ppo
     produced = sum(steps for _, steps, _ in plan) * envs
     dropped = sum(stale for _, _, stale in plan) * envs
     c = sh.counters
     assert c[sb.C_DROPPED] == dropped and c[sb.C_TRAINED] == produced - dropped == len(states)
     lags = np.concatenate([now - sh.exp_version[slot, stale:steps].ravel() for slot, steps, stale in plan])
-    assert c[sb.C_UPDATES] == 1 and c[sb.C_LAG_MAX] == max_lag and c[sb.C_LAG_SUM] == lags.sum()
+    assert c[sb.C_UPDATES] == epochs and c[sb.C_LAG_MAX] == max_lag and c[sb.C_LAG_SUM] == lags.sum()
     assert srv.lag_seen == (pytest.approx(lags.mean()), max_lag)
 
     # expected: each rollout's fresh suffix on its own, the reference formulas, the network's current outputs
@@ -263,10 +269,13 @@ def test_trainer_vtrace_path_with_mixed_lengths_and_stale_steps():
         for t in range(m):
             for e in range(envs):
                 key = int(sh.exp_states[slot, stale + t, e, 0])
-                expected[key] = (sh.exp_states[slot, stale + t, e], acts[t, e], ref_vs[t, e], ref_adv[t, e])
+                expected[key] = (sh.exp_states[slot, stale + t, e], acts[t, e], ref_vs[t, e], ref_adv[t, e],
+                                 sh.exp_logp[slot, stale + t, e])
     assert len(expected) == len(states) and truncations >= 2
     for i in range(len(states)):
-        state, action, ref_vs, ref_adv = expected[int(states[i, 0])]
+        state, action, ref_vs, ref_adv, mu = expected[int(states[i, 0])]
+        if ppo:
+            assert float(logp[i]) == float(mu)
         np.testing.assert_array_equal(states[i].numpy(), state)
         assert int(actions[i]) == int(action)
         assert float(vs[i]) == pytest.approx(ref_vs, rel=1e-4, abs=1e-5)
