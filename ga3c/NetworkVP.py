@@ -55,19 +55,41 @@ log = logging.getLogger(__name__)
 _DEVICE_RE = re.compile(r'^(cpu|gpu|cuda)(?::(\d+))?$')
 
 
+def _glibc():
+    """glibc, or None where there is none (its malloc tuning is then skipped)."""
+    try:
+        return ctypes.CDLL("libc.so.6")
+    except OSError:
+        return None
+
+
 def keep_freed_memory() -> None:
     """Asks glibc to keep freed blocks instead of returning them to the system, so that the large tensors of
     every training step reuse pages instead of faulting fresh ones in (measured: up to 9,000 page faults and
-    20% more CPU time per step on a batch of 160). Best effort: a no-op where there is no glibc."""
+    20% more CPU time per step on a batch of 160). Best effort: a no-op where there is no glibc. The heaps then
+    only grow, with fragmentation: a long run calls release_freed_memory() now and then."""
+    libc = _glibc()
     try:
-        libc = ctypes.CDLL("libc.so.6")
         libc.mallopt(-3, 1 << 30)  # M_MMAP_THRESHOLD: serve blocks below 1 GiB from the heap, not from mmap
         libc.mallopt(-1, (1 << 31) - 1)  # M_TRIM_THRESHOLD: never trim the heap
         # M_ARENA_MAX: a few heaps for all threads; with one per thread, every trainer thread that dynamic
         # adjustment creates keeps its own heap (the main process grew 19% over a 30-minute soak)
         libc.mallopt(-8, 4)
-    except (OSError, AttributeError):
+    except AttributeError:  # no glibc (None), or a libc without mallopt
         pass
+
+
+def release_freed_memory() -> bool:
+    """Gives the free pages inside every glibc heap back to the system (malloc_trim(0)), which keep_freed_memory
+    otherwise keeps for good: in a 2-hour soak the main process held 765 MB of heap of which 545 MB were free
+    chunks, its resident memory 16% above minute 10's; one call took it from 864 to 436 MB. Pages in use stay;
+    the next steps fault back in only what they touch. False where there is no glibc."""
+    libc = _glibc()
+    try:
+        libc.malloc_trim(0)
+    except AttributeError:
+        return False
+    return True
 
 
 def resolve_device(name: str) -> torch.device:

@@ -9,7 +9,9 @@ The Server runs in this process (as GA3C.py would run it) with `configs/cpu.toml
 otherwise, DYNAMIC_SETTINGS=True, and the run's outputs (results.txt, checkpoints/) in --dir (a fresh folder). A
 monitor thread samples every --sample-every seconds the resident memory of every process of the run, the main
 process, the stats process and each agent, as RssAnon + RssFile from /proc/PID/status: the shared-memory arrays
-(RssShmem) are left out, as they are counted once for the whole run, not per process. It also samples the agent
+(RssShmem) are left out, as they are counted once for the whole run, not per process; for the main process also
+glibc's own count of its heaps, in use and free (free chunks the heaps keep are resident, but no leak). It also
+samples the agent
 steps and trained transitions per second and the trainer/predictor/agent counts.
 
 At the end it prints the memory of each process over time, the throughput over time, and the accounting:
@@ -24,6 +26,7 @@ minute, so a run cut short keeps them); `--judge FOLDER/soak.json` judges them a
 from __future__ import annotations
 
 import argparse
+import ctypes
 import fcntl
 import json
 import logging
@@ -59,6 +62,23 @@ def rss_mb(pid: int) -> float | None:
     return sum(int(v.split()[0]) for v in fields.values()) / 1024
 
 
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
+                                                      "fsmblks", "uordblks", "fordblks", "keepcost")]
+
+
+def heap_mb() -> tuple[float, float] | None:
+    """(in use, free) MiB of this process's glibc heaps, all arenas (mallinfo2): free chunks that the heaps keep
+    count in the RSS but are no leak. None without glibc 2.33+."""
+    try:
+        fn = ctypes.CDLL("libc.so.6").mallinfo2
+    except (OSError, AttributeError):
+        return None
+    fn.restype = _MallInfo2
+    info = fn()
+    return round(info.uordblks / 2**20, 1), round(info.fordblks / 2**20, 1)
+
+
 class Monitor(threading.Thread):
     def __init__(self, server, minutes: float, kill_every: float, sample_every: float, seed: int) -> None:
         super().__init__(name="soak-monitor", daemon=True)
@@ -76,8 +96,9 @@ class Monitor(threading.Thread):
     def progress(self, s: dict) -> None:
         """One log line, and the samples so far written to soak.json, so that a long run that is cut off keeps them."""
         agents = [v for v in s["agents"].values() if v is not None]
-        log.info("soak: t=%.0f s, %s steps/s, main %.1f MiB, stats %.1f MiB, %d agents %.1f-%.1f MiB, counts %s",
-                 s["t"], s.get("steps_per_s"), s["main"] or 0, s["stats"] or 0, len(agents), min(agents, default=0),
+        log.info("soak: t=%.0f s, %s steps/s, main %.1f MiB (heap: %s MiB in use, %s free), stats %.1f MiB, %d agents "
+                 "%.1f-%.1f MiB, counts %s", s["t"], s.get("steps_per_s"), s["main"] or 0, s.get("main_heap_used"),
+                 s.get("main_heap_free"), s["stats"] or 0, len(agents), min(agents, default=0),
                  max(agents, default=0), s["counts"])
         if self.json_path is not None:
             tmp = self.json_path.with_suffix(".tmp")
@@ -93,7 +114,9 @@ class Monitor(threading.Thread):
             agents = {agent_id: proc.pid for agent_id, (proc, _) in srv.agents.items()}
         now = time.time()
         steps, trained = int(srv.shared.agent_steps.sum()), int(c[sb.C_TRAINED])
+        heap = heap_mb()
         s = {"t": round(now - start, 1), "main": rss_mb(os.getpid()),
+             "main_heap_used": heap and heap[0], "main_heap_free": heap and heap[1],
              "stats": rss_mb(srv.stats.pid) if srv.stats.pid else None,
              "agents": {str(pid): rss_mb(pid) for pid in agents.values()},
              "steps": steps, "trained": trained, "episodes": srv.episodes(),
@@ -239,10 +262,12 @@ def report(mon: Monitor, server, free: list[int], results: Path, seconds: float,
 
     samples = mon.samples
     print("\n=== memory (MiB, RssAnon + RssFile; shared memory excluded) ===")
-    print(f"{'t (s)':>8} {'main':>8} {'stats':>8} {'agents':>6} {'agent min':>10} {'agent max':>10} {'agent sum':>10}")
+    print(f"{'t (s)':>8} {'main':>8} {'heap use':>8} {'free':>8} {'stats':>8} {'agents':>6} {'agent min':>10} "
+          f"{'agent max':>10} {'agent sum':>10}")
     for s in samples:
         a = [v for v in s["agents"].values() if v is not None]
-        print(f"{s['t']:8.0f} {s['main'] or 0:8.1f} {s['stats'] or 0:8.1f} {len(a):6d} {min(a, default=0):10.1f} "
+        print(f"{s['t']:8.0f} {s['main'] or 0:8.1f} {s.get('main_heap_used') or 0:8.1f} "
+              f"{s.get('main_heap_free') or 0:8.1f} {s['stats'] or 0:8.1f} {len(a):6d} {min(a, default=0):10.1f} "
               f"{max(a, default=0):10.1f} {sum(a):10.1f}")
     per_pid: dict[str, list[tuple[float, float]]] = {}
     for s in samples:

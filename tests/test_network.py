@@ -620,3 +620,24 @@ def test_resolve_device(monkeypatch, caplog):
 def test_resolve_device_gpu():
     assert resolve_device('gpu:0') == torch.device('cuda', 0)
     assert resolve_device('cuda') == torch.device('cuda', 0)
+
+
+def _rss_anon_mb() -> float:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("RssAnon")) / 1024
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status") or network_module._glibc() is None,
+                    reason="reads Linux's /proc and calls glibc's malloc_trim")
+def test_release_freed_memory_gives_back_what_keep_freed_memory_keeps():
+    """With keep_freed_memory's settings (blocks from the heap, never trimmed), freed blocks below a live one stay
+    resident; release_freed_memory() gives their pages back, and keeps the live blocks' contents."""
+    network_module.keep_freed_memory()
+    blocks = [np.full(1 << 20, i % 251, dtype=np.uint8) for i in range(192)]  # 192 MiB in 1 MiB heap blocks
+    kept = blocks[::16]  # a live block every 16 MiB: the heap's top cannot shrink past them
+    del blocks
+    before = _rss_anon_mb()
+    assert network_module.release_freed_memory()
+    after = _rss_anon_mb()
+    assert before - after > 100, (before, after)  # of the 180 MiB freed
+    assert all(int(b[0]) == int(b[-1]) == (16 * i) % 251 for i, b in enumerate(kept))
