@@ -143,6 +143,12 @@ def native_bf16(device: torch.device) -> bool:
     return False
 
 
+def action_logp(pi: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+    """log pi(a) of each row's action in the agents' form, log(pi(a) + 1e-20) (Rollout.py's log mu), so that a
+    ratio pi / mu is exactly 1 where the policy has not moved (V-trace's weights, PPO's ratio)."""
+    return torch.log(pi.gather(1, actions.reshape(-1, 1)).squeeze(1) + 1e-20)
+
+
 _warned_precision: set[str] = set()
 
 
@@ -475,9 +481,7 @@ class NetworkVP:
         if self.ppo_clip > 0:
             if behaviour_logp is None:
                 raise ValueError("NetworkVP.losses: PPO_CLIP needs the acting policy's log-probabilities")
-            # log pi(a) in the agents' form, log(pi(a) + 1e-20), so that r = 1 where the policy has not moved
-            log_ratio = torch.log(pi.gather(1, actions.view(-1, 1)).squeeze(1) + 1e-20) - \
-                behaviour_logp.to(self.device, torch.float32)
+            log_ratio = action_logp(pi, actions) - behaviour_logp.to(self.device, torch.float32)
             ratio = torch.exp(log_ratio)
             clipped = torch.clamp(ratio, 1.0 - self.ppo_clip, 1.0 + self.ppo_clip)
             surrogate = torch.minimum(ratio * advantages, clipped * advantages)

@@ -39,6 +39,7 @@ import numpy as np
 import torch
 
 from ga3c import SharedBuffers as sb
+from ga3c.NetworkVP import action_logp
 from ga3c.vtrace import vtrace_targets
 
 
@@ -296,8 +297,7 @@ class ThreadTrainer(threading.Thread):
                         logits, values = net.forward(states)
                     values = values.float().view(m + 1, width)
                     pi, _ = net._policy(logits[:m * width].float())
-                    # log mu was computed by the agent as log(policy[a] + 1e-20): the same form for log pi
-                    target_logp = torch.log(pi.gather(1, actions.view(-1, 1)).view(m, width) + 1e-20)
+                    target_logp = action_logp(pi, actions).view(m, width)  # the agents' form of log mu
                     discounts = cfg.DISCOUNT * (1.0 - block["done"].float())
                     vs, advantages = vtrace_targets(block["logp"], target_logp, block["rewards"], values[:m],
                                                     values[m], discounts, float(cfg.VTRACE_RHO), float(cfg.VTRACE_C),
