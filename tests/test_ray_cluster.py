@@ -99,6 +99,16 @@ def ray_down_at_the_end():
     ray.shutdown()
 
 
+@pytest.fixture(autouse=True)
+def no_server_left():
+    yield
+    while Running.started:
+        run = Running.started.pop()
+        if run.server is not None and run.thread.is_alive():
+            run.server.request_stop("test ended")
+            run.thread.join(timeout=60)
+
+
 @pytest.fixture
 def local_ray():
     """A local Ray instance with 2 CPUs, kept from test to test (the cluster test replaces it)."""
@@ -136,7 +146,10 @@ def wait_cpus_free(expected: float, timeout: float = 20.0) -> None:
 class Running:
     """The server's main loop in a thread, so that the test can watch it, stop it, and kill a group meanwhile."""
 
+    started: list[Running] = []  # stopped at the end of each test, so that a failed test leaves no server running
+
     def __init__(self, cfg) -> None:
+        Running.started.append(self)
         self.server = None
         self.status = None
         self.built = threading.Event()
@@ -152,10 +165,17 @@ class Running:
             self.built.set()
         self.status = self.server.main()
 
-    def wait_for(self, condition, what: str, timeout: float = 90.0) -> None:
+    def wait_for(self, condition, what: str, timeout: float = 90.0, progress=None) -> None:
+        """Wait for condition; fail after timeout seconds, or, given progress (a counter that grows while the run
+        is working towards the condition), only after timeout seconds in which it did not grow: a slow or loaded
+        machine slows these tests, a stalled run fails them."""
         deadline = time.time() + timeout
+        last = progress() if progress else None
         while not condition():
-            assert time.time() < deadline, f"timed out waiting for {what}"
+            if progress and progress() != last:
+                last, deadline = progress(), time.time() + timeout
+            assert time.time() < deadline, (f"timed out waiting for {what}" if progress is None else
+                                            f"no progress for {timeout:.0f} s while waiting for {what}")
             assert self.thread.is_alive(), f"the server ended while waiting for {what}: {self.server.stop_reason}"
             time.sleep(0.1)
 
@@ -172,11 +192,12 @@ class Running:
 
 @pytest.mark.parametrize("network", ["feedforward", "lstm"])
 def test_cartpole_end_to_end(local_ray, tmp_path, network):
-    cfg = cluster_cfg(tmp_path, "ATARI_GAME=CartPole-v1", "MAX_SECONDS=150", "WEIGHT_SYNC_UPDATES=2",
+    cfg = cluster_cfg(tmp_path, "ATARI_GAME=CartPole-v1", "WEIGHT_SYNC_UPDATES=2",
                       "TRAINING_MIN_BATCH_SIZE=32", f"NETWORK_TYPE={network}", "LSTM_SIZE=32")
     run = Running(cfg)
     cl = run.cluster()
-    run.wait_for(lambda: cl.live_groups() == 2 and cl.episodes >= 20, "20 episodes from the agent groups")
+    run.wait_for(lambda: cl.live_groups() == 2 and cl.episodes >= 20, "20 episodes from the agent groups",
+                 progress=lambda: cl.rollouts)
     assert run.stop() == 0
     server = run.server
     assert cl.rollouts > 0 and cl.weight_pushes >= 2 and cl.lost_rollouts == 0 and cl.failure is None
@@ -192,11 +213,13 @@ def test_cartpole_end_to_end(local_ray, tmp_path, network):
 
 
 def test_pong_end_to_end_vtrace(local_ray, tmp_path):
-    cfg = cluster_cfg(tmp_path, "ATARI_GAME=PongDeterministic-v4", "MAX_SECONDS=170", "POLICY_LAG_CORRECTION=vtrace",
-                      "TRAINING_MIN_BATCH_SIZE=64", "PRECISION=auto")  # bf16 where native: emulated is 6x slower
+    # two environments a group: its first episodes end after about 900 steps of each (a random Pong player's);
+    # bf16 where native (emulated is 6x slower); no time limit: the wait fails only when the groups stall
+    cfg = cluster_cfg(tmp_path, "ATARI_GAME=PongDeterministic-v4", "POLICY_LAG_CORRECTION=vtrace",
+                      "CLUSTER_ENVS_PER_GROUP=2", "TRAINING_MIN_BATCH_SIZE=64", "PRECISION=auto")
     run = Running(cfg)
     cl = run.cluster()
-    run.wait_for(lambda: cl.episodes >= 2, "2 Pong episodes from the agent groups", timeout=160)
+    run.wait_for(lambda: cl.episodes >= 2, "2 Pong episodes from the agent groups", progress=lambda: cl.rollouts)
     assert run.stop() == 0
     server = run.server
     assert cl.lost_rollouts == 0 and cl.failure is None
@@ -207,18 +230,19 @@ def test_pong_end_to_end_vtrace(local_ray, tmp_path):
 
 
 def test_killed_group_is_restarted_and_training_goes_on(local_ray, tmp_path):
-    cfg = cluster_cfg(tmp_path, "ATARI_GAME=CartPole-v1", "MAX_SECONDS=150", "TRAINING_MIN_BATCH_SIZE=32")
+    cfg = cluster_cfg(tmp_path, "ATARI_GAME=CartPole-v1", "TRAINING_MIN_BATCH_SIZE=32")
     run = Running(cfg)
     server = run.server
     cl = run.cluster()
-    run.wait_for(lambda: cl.live_groups() == 2 and cl.rollouts >= 10, "rollouts from two live groups")
+    run.wait_for(lambda: cl.live_groups() == 2 and cl.rollouts >= 10, "rollouts from two live groups",
+                 progress=lambda: cl.rollouts)
     victim = cl.groups[0]
     before = cl.rollouts
     ray.kill(victim.actor, no_restart=False)  # as a node death: Ray restarts the actor
     run.wait_for(lambda: cl.restarts >= 1, "the death to be seen")
     run.wait_for(lambda: victim.live and cl.live_groups() == 2, "the group to be live again")
     assert server.shared.counters[sb.C_CLUSTER_GROUPS] == 2
-    run.wait_for(lambda: cl.rollouts >= before + 20, "rollouts after the restart")
+    run.wait_for(lambda: cl.rollouts >= before + 20, "rollouts after the restart", progress=lambda: cl.rollouts)
     trained = server.shared.counters[sb.C_TRAINED]
     run.wait_for(lambda: server.shared.counters[sb.C_TRAINED] > trained, "training to go on")
     assert run.stop() == 0
@@ -254,12 +278,13 @@ def test_lost_node_groups_restart_elsewhere_with_fresh_seeds(three_nodes, tmp_pa
     counted lost, one group restarts on the other node with new seeds while training goes on, the other waits for
     a CPU until a third node joins, and the accounting stays exact."""
     cluster, workers = three_nodes
-    cfg = cluster_cfg(tmp_path, "ATARI_GAME=CartPole-v1", "MAX_SECONDS=300", "CLUSTER_AGENT_GROUPS=3",
+    cfg = cluster_cfg(tmp_path, "ATARI_GAME=CartPole-v1", "CLUSTER_AGENT_GROUPS=3",
                       "TRAINING_MIN_BATCH_SIZE=32")
     run = Running(cfg)
     server = run.server
     cl = run.cluster()
-    run.wait_for(lambda: cl.live_groups() == 3 and cl.rollouts >= 10, "rollouts from three live groups")
+    run.wait_for(lambda: cl.live_groups() == 3 and cl.rollouts >= 10, "rollouts from three live groups",
+                 progress=lambda: cl.rollouts)
     node_of = {g.id: g.starts[-1]["node"] for g in cl.groups}
     assert sorted(node_of.values()) != sorted(set(node_of.values())) and \
         set(node_of.values()) == {w.node_id for w in workers}  # 2 + 1: both nodes have groups
