@@ -64,6 +64,10 @@ class Config:
     # AVX512-BF16 or AMX CPUs and Ampere+ GPUs; emulated and several times slower elsewhere) or 'auto' (bf16 where
     # it is native, fp32 elsewhere)
     PRECISION = 'fp32'
+    # (new) Seconds between the main process's calls to glibc's malloc_trim, which give the free pages its heaps
+    # keep back to the system (the heaps never trim themselves, to spare every training step page faults; a long
+    # run's main process otherwise grows with fragmentation); 0 = never
+    TRIM_SECONDS = 60
 
     #########################################################################
     # Algorithm parameters

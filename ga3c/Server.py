@@ -55,7 +55,6 @@ AGENT_DEATH_WINDOW = 60  # seconds; more than AGENT_DEATHS_ALLOWED agent deaths 
 AGENT_DEATHS_ALLOWED = 10
 DEAD_ID_SECONDS = 5.0  # a dead agent's id and reply pipe stay unused this long (its last request may be answered)
 TICK_SECONDS = 0.05  # period of the main loop
-TRIM_SECONDS = 60.0  # period of release_freed_memory(): the freed pages the heaps keep go back to the system
 # Shutdown: what each step may take at most (the tests derive the worst case of a stop from these)
 DYNAMIC_JOIN_SECONDS = 2.0  # the dynamic adjustment thread ends
 RECOVERY_WRITE_SECONDS = 1.0  # per agent that ended: room for its recovery record in the experience pipe
@@ -219,7 +218,8 @@ class Server:
         self.replacements_due = 0  # dead agents not yet replaced (no id free)
         self.dead_ids: dict[int, float] = {}  # id of an agent that died -> when it may be used again
         self.closing: list[tuple[float, object]] = []  # (when, reply writer) of reaped agents, closed later
-        self.next_trim = time.time() + TRIM_SECONDS  # when the heaps' free pages next go back to the system
+        # when the heaps' free pages next go back to the system (cfg.TRIM_SECONDS; never with 0)
+        self.next_trim = time.time() + cfg.TRIM_SECONDS if cfg.TRIM_SECONDS > 0 else float('inf')
         self.reply_fds: list[int] = [-1] * cfg.MAX_AGENTS
         # what the trainers' reader saw of each agent id (all incarnations): rollouts announced, transitions sent
         # (the extra id MAX_AGENTS is the Ray agent groups', see ga3c/ray_cluster.py: it never dies)
@@ -464,7 +464,7 @@ class Server:
             self.closing.pop(0)[1].close()
         if now >= self.next_trim:
             release_freed_memory()
-            self.next_trim = now + TRIM_SECONDS
+            self.next_trim = now + self.cfg.TRIM_SECONDS
 
     def _ended(self, agent_id: int, proc, writer) -> None:
         """Bookkeeping for an agent process that has ended, whichever way."""

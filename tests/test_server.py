@@ -110,26 +110,32 @@ def test_learning_rate_and_beta_follow_their_annealing(tmp_path, monkeypatch, ep
         server.close()
 
 
-def test_the_main_loop_gives_freed_heap_pages_back_every_trim_period(tmp_path, monkeypatch):
+@pytest.mark.parametrize("period", [60, 0])
+def test_the_main_loop_gives_freed_heap_pages_back_every_trim_period(tmp_path, monkeypatch, period):
     """keep_freed_memory's heaps keep every freed page (a 2-hour soak's main process held 545 MB of free chunks):
-    the main loop hands them back once per TRIM_SECONDS, not on every tick."""
+    the main loop hands them back once per TRIM_SECONDS, not on every tick; never with TRIM_SECONDS=0."""
     from ga3c.Server import Server
     from ga3c.settings import parse_settings
 
     calls = []
     monkeypatch.setattr(server_module, "release_freed_memory", lambda: calls.append(time.time()) or True)
     monkeypatch.chdir(tmp_path)
-    server = Server(parse_settings([*CARTPOLE, "SAVE_MODELS=False"]))
+    server = Server(parse_settings([*CARTPOLE, "SAVE_MODELS=False", f"TRIM_SECONDS={period}"]))
     try:
         server.stop_reason = "test"  # a tick without the components a running server has
-        assert server.next_trim > time.time() + server_module.TRIM_SECONDS - 30  # not at once: the heaps are new
+        if period == 0:
+            for _ in range(3):
+                server._tick()
+            assert calls == [] and server.next_trim == float("inf")
+            return
+        assert server.next_trim > time.time() + period - 30  # not at once: the heaps are new
         server._tick()
         assert calls == []
         server.next_trim = time.time() - 1  # the period is over
         for _ in range(3):
             server._tick()
         assert len(calls) == 1
-        assert server.next_trim == pytest.approx(calls[0] + server_module.TRIM_SECONDS, abs=1.0)
+        assert server.next_trim == pytest.approx(calls[0] + period, abs=1.0)
     finally:
         server.close()
 
