@@ -172,8 +172,8 @@ class Running:
         deadline = time.time() + timeout
         last = progress() if progress else None
         while not condition():
-            if progress and progress() != last:
-                last, deadline = progress(), time.time() + timeout
+            if progress and (now := progress()) != last:
+                last, deadline = now, time.time() + timeout
             assert time.time() < deadline, (f"timed out waiting for {what}" if progress is None else
                                             f"no progress for {timeout:.0f} s while waiting for {what}")
             assert self.thread.is_alive(), f"the server ended while waiting for {what}: {self.server.stop_reason}"
