@@ -49,6 +49,9 @@ class Config:
     DYNAMIC_SETTINGS_STEP_WAIT = 20
     # Seconds before the dynamic adjustment starts
     DYNAMIC_SETTINGS_INITIAL_WAIT = 10
+    # (new) A change is kept only if two windows in a row beat the current setting by more than this fraction
+    # (0 = the original: one window with any gain keeps it; a window varies by ~10%, so counts walk at random)
+    DYNAMIC_SETTINGS_MARGIN = 0.1
 
     # (new) Environments stepped by each agent process; its states travel to the predictors together
     ENVS_PER_AGENT = 1

@@ -5,7 +5,9 @@ As the original: after DYNAMIC_SETTINGS_INITIAL_WAIT, draw a change of -1/0/+1 f
 and go back if it did worse. Unlike the original, both settings are measured over equal windows of
 DYNAMIC_SETTINGS_STEP_WAIT seconds (after a short settling time), a setting it returns to is measured again
 instead of trusting an old figure, and the objective is trained samples per second (the work that counts),
-not training updates (whose size varies with the batch).
+not training updates (whose size varies with the batch). With DYNAMIC_SETTINGS_MARGIN above 0, a change is kept
+only when two windows in a row beat the current setting by more than that fraction: one 20-s window varies by
+about 10% on two cores, and the original's rule (keep any gain seen once) then walks the counts about at random.
 """
 
 from __future__ import annotations
@@ -67,6 +69,18 @@ class ThreadDynamicAdjustment(threading.Thread):
             if candidate != current:
                 return candidate
 
+    def trial(self, score: float) -> tuple[bool, float] | None:
+        """Measure the candidate now applied against the current setting's `score`: (kept, the candidate's
+        score), or None when stopped meanwhile. Without a margin, one window that beats `score` keeps it (the
+        original's rule); with one, a first window above score * (1 + margin) is measured again, and the change is
+        kept only when the second window is above it too (its score then the mean of the two)."""
+        first = self.measure()
+        margin = self.server.cfg.DYNAMIC_SETTINGS_MARGIN
+        if first is None or margin == 0 or first <= score * (1 + margin):
+            return None if first is None else (first > score * (1 + margin), first)
+        second = self.measure()
+        return None if second is None else (second > score * (1 + margin), (first + second) / 2)
+
     def run(self) -> None:
         srv = self.server
         try:
@@ -77,10 +91,11 @@ class ThreadDynamicAdjustment(threading.Thread):
             while score is not None:
                 candidate = self.propose(current)
                 self.apply(candidate)
-                trial = self.measure()
-                if trial is None:
+                outcome = self.trial(score)
+                if outcome is None:
                     return
-                if trial > score:
+                kept, trial = outcome
+                if kept:
                     current, score = candidate, trial
                 else:
                     self.apply(current)

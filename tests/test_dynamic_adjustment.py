@@ -58,8 +58,9 @@ def test_creates_the_initial_components_and_proposes_bounded_neighbours():
 
 
 def test_keeps_a_better_setting_and_goes_back_from_a_worse_one_measuring_it_again(monkeypatch):
+    """Without a margin, the original's rule: one window that does better keeps a change."""
     cluster = Cluster(2)
-    server = Server(cfg(), cluster)
+    server = Server(cfg("DYNAMIC_SETTINGS_MARGIN=0"), cluster)
     dyn = ThreadDynamicAdjustment(server)
     dyn.stop_event.wait = lambda seconds: False  # no initial wait in the test
     proposals = iter([(3, 2, 32, 3), (3, 1, 36, 4), (2, 2, 32, 3)])
@@ -76,6 +77,30 @@ def test_keeps_a_better_setting_and_goes_back_from_a_worse_one_measuring_it_agai
     dyn.run()
     assert measured_at == [(2, 2, 32, 2), (3, 2, 32, 3), (3, 1, 36, 4), (3, 2, 32, 3), (2, 2, 32, 3)]
     assert server.current == (2, 2, 32) and cluster.groups == 3  # the last proposal, applied when the run stopped
+
+
+def test_with_a_margin_a_change_is_kept_only_when_two_windows_beat_the_current_setting_by_it(monkeypatch):
+    """MARGIN=0.1 against a current score of 100: 105 is noise (undone after one window), 130 then 108 is a lucky
+    window (undone after the second), 130 then 120 is kept with the mean 125 as its score, against which 135 is no
+    gain (undone after one window, as 135 < 125 * 1.1)."""
+    server = Server(cfg("DYNAMIC_SETTINGS_MARGIN=0.1"))
+    dyn = ThreadDynamicAdjustment(server)
+    dyn.stop_event.wait = lambda seconds: False
+    a, b, c, d, e = (3, 2, 32), (2, 1, 32), (2, 2, 36), (1, 2, 36), (2, 2, 40)
+    proposals = iter([a, b, c, d, e])
+    monkeypatch.setattr(dyn, "propose", lambda current: next(proposals))
+    scores = iter([100.0, 105.0, 100.0, 130.0, 108.0, 100.0, 130.0, 120.0, 135.0, 124.0, None])
+    measured_at = []
+
+    def measure():
+        measured_at.append(dyn.state())
+        return next(scores)
+
+    monkeypatch.setattr(dyn, "measure", measure)
+    dyn.run()
+    start = (2, 2, 32)
+    # after d is undone, the kept c is measured again and is where the next change (e) starts from
+    assert measured_at == [start, a, start, b, b, start, c, c, d, c, e]
 
 
 def test_measure_counts_trained_samples_per_second_of_the_window_only():
