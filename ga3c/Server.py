@@ -277,6 +277,11 @@ class Server:
     def counts(self) -> tuple[int, int, int]:
         return len(self.trainers), len(self.predictors), len(self.agents)
 
+    def agent_ids(self) -> list[int]:
+        """The ids of the agents running now (a replacement of a dead agent included)."""
+        with self.components_lock:
+            return list(self.agents)
+
     def set_counts(self, trainers: int, predictors: int, agents: int) -> None:
         with self.components_lock:
             if self.stop_reason is not None:

@@ -13,6 +13,7 @@ about 10% on two cores, and the original's rule (keep any gain seen once) then w
 from __future__ import annotations
 
 import threading
+import time
 
 import numpy as np
 
@@ -43,11 +44,24 @@ class ThreadDynamicAdjustment(threading.Thread):
         self.stop_event.set()
 
     def measure(self) -> float | None:
-        """Trained samples per second over one window after settling; None when stopped meanwhile."""
+        """Trained samples per second over one window after settling; None when stopped meanwhile.
+
+        Settling lasts at least min(3, STEP_WAIT / 4) s, and until every agent running has stepped (at most
+        STEP_WAIT s more): an agent started by the change (or replacing a dead one) spends seconds importing and
+        making its environments, and a window that counted that against the setting with more agents drove the
+        adjustment towards ever fewer agents (the 2-hour soak of 2026-12-02 ended at 1-4 agents)."""
         cfg = self.server.cfg
-        settle = min(3.0, cfg.DYNAMIC_SETTINGS_STEP_WAIT / 4)
-        if self.stop_event.wait(settle):
+        steps = self.server.shared.agent_steps
+        base = {i: steps[i] for i in self.server.agent_ids()}
+        if self.stop_event.wait(min(3.0, cfg.DYNAMIC_SETTINGS_STEP_WAIT / 4)):
             return None
+        deadline = time.monotonic() + cfg.DYNAMIC_SETTINGS_STEP_WAIT
+        while time.monotonic() < deadline:
+            waiting = [i for i in self.server.agent_ids() if steps[i] <= base.setdefault(i, steps[i])]
+            if not waiting:
+                break
+            if self.stop_event.wait(0.1):
+                return None
         c = self.server.shared.counters
         before = c[sb.C_TRAINED]
         if self.stop_event.wait(cfg.DYNAMIC_SETTINGS_STEP_WAIT):

@@ -73,7 +73,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("results")
     parser.add_argument("--window", type=int, default=100)
-    parser.add_argument("--frameskip", type=int, default=4)
+    parser.add_argument("--frameskip", type=int, default=4,
+                        help="emulator frames per agent step: FRAMESKIP for an ALE game (4), 1 for a vector task")
     parser.add_argument("--thresholds", type=float, nargs="+", default=[-10, 0, 10, 18])
     args = parser.parse_args(argv)
     try:

@@ -6,6 +6,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from ga3c import SharedBuffers as sb
+from ga3c import ThreadDynamicAdjustment as tda
 from ga3c.settings import parse_settings
 from ga3c.ThreadDynamicAdjustment import ThreadDynamicAdjustment
 
@@ -25,14 +26,18 @@ class Server:
     def __init__(self, cfg, cluster=None) -> None:
         self.cfg = cfg
         self.cluster = cluster
-        self.shared = SimpleNamespace(counters=np.zeros(sb.N_COUNTERS))
+        self.shared = SimpleNamespace(counters=np.zeros(sb.N_COUNTERS), agent_steps=np.zeros(40, np.int64))
         self.current = (0, 0, 0)
+        self.live: list[int] = []  # agent ids running
 
     def set_counts(self, trainers: int, predictors: int, agents: int) -> None:
         self.current = (trainers, predictors, agents)
 
     def counts(self):
         return self.current
+
+    def agent_ids(self):
+        return list(self.live)
 
     def component_failed(self, name, exc):
         raise exc
@@ -124,3 +129,51 @@ def test_measure_counts_trained_samples_per_second_of_the_window_only():
     assert waits == [2.0, 8]  # settles for a quarter of the window (at most 3 s), then measures the window
     dyn.stop_event.wait = lambda seconds: True  # stopped meanwhile
     assert dyn.measure() is None
+
+
+def test_the_window_starts_once_every_agent_running_has_stepped():
+    """A new agent spends seconds starting: the window waits for it, and for the replacement of an agent that died
+    meanwhile, so that its start-up is not counted against the setting."""
+    server = Server(cfg("DYNAMIC_SETTINGS_STEP_WAIT=8"))
+    dyn = ThreadDynamicAdjustment(server)
+    server.live = [0, 1]  # agent 1 was just started by the change
+    c, steps = server.shared.counters, server.shared.agent_steps
+    waits = []
+
+    def wait(seconds):
+        waits.append(seconds)
+        n = len(waits)
+        if n == 1:  # settling: agent 0 steps, agent 1 is still importing
+            steps[0] += 8
+            c[sb.C_TRAINED] += 500
+        elif n == 2:  # agent 1 dies and agent 2 replaces it
+            server.live = [0, 2]
+            c[sb.C_TRAINED] += 100
+        elif n == 3:  # agent 2 steps
+            steps[2] += 8
+            c[sb.C_TRAINED] += 100
+        else:  # the window
+            c[sb.C_TRAINED] += 1200
+        return False
+
+    dyn.stop_event.wait = wait
+    assert dyn.measure() == 1200 / 8
+    assert waits == [2.0, 0.1, 0.1, 8]
+
+
+def test_an_agent_that_never_steps_delays_the_window_by_one_window_at_most(monkeypatch):
+    server = Server(cfg("DYNAMIC_SETTINGS_STEP_WAIT=8"))
+    dyn = ThreadDynamicAdjustment(server)
+    server.live = [3]
+    clock = [100.0]
+    monkeypatch.setattr(tda.time, "monotonic", lambda: clock[0])
+    waits = []
+
+    def wait(seconds):
+        waits.append(seconds)
+        clock[0] += seconds
+        return False
+
+    dyn.stop_event.wait = wait
+    assert dyn.measure() == 0.0
+    assert waits[0] == 2.0 and waits[-1] == 8 and 79 <= len(waits) - 2 <= 81  # polls for 8 s, then the window
