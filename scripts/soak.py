@@ -37,6 +37,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -241,9 +242,12 @@ def steadiness(samples: list[dict], settle: float, window: float) -> bool:
     worst = max(judged.values())
     print(f"largest growth: {100 * worst:+.1f}% (limit {100 * MAX_GROWTH:g}%)")
     windows: dict[int, list[float]] = {}
+    held: dict[int, Counter] = {}
     for prev, s in zip(later, later[1:], strict=False):
         if "steps_per_s" in s and s["t"] > prev["t"]:  # the closing sample repeats the last time: skip it
-            windows.setdefault(int((s["t"] - settle) // window), []).append(s["steps_per_s"])
+            k = int((s["t"] - settle) // window)
+            windows.setdefault(k, []).append(s["steps_per_s"])
+            held.setdefault(k, Counter())["/".join(str(n) for n in s.get("counts") or ())] += 1
     full = {k: v for k, v in windows.items() if len(v) * 2 >= max(len(x) for x in windows.values())}  # no stub
     rates = [sum(v) / len(v) for _, v in sorted(full.items())]
     if not rates:
@@ -251,6 +255,9 @@ def steadiness(samples: list[dict], settle: float, window: float) -> bool:
     mid = median(rates)
     spread = max(abs(r - mid) for r in rates) / mid if mid else float("inf")
     print(f"steps/s per {window / 60:g} minutes: " + ", ".join(f"{r:.0f}" for r in rates))
+    # the counts sampled most often in each window: where dynamic adjustment sat (trials of other counts included)
+    print("counts held most (trainers/predictors/agents): "
+          + ", ".join(held[k].most_common(1)[0][0] for k in sorted(full)))
     print(f"median {mid:.0f}: largest deviation {100 * spread:.1f}% (limit {100 * MAX_SPREAD:g}%)")
     return worst <= MAX_GROWTH and spread <= MAX_SPREAD
 

@@ -98,3 +98,10 @@ def test_heap_counts_follow_what_is_allocated_and_freed():
     del blocks
     after = soak.heap_mb()
     assert used[0] - after[0] == pytest.approx(48, abs=4), (used, after)
+
+
+def test_the_counts_held_most_in_each_window_are_printed(capsys):
+    """Where dynamic adjustment sat, window by window: 3 trainers for the first hour, 6 after it."""
+    assert judge(samples(trainers=lambda t: 3 + 3 * (t > 3600)))
+    out = capsys.readouterr().out
+    assert "counts held most (trainers/predictors/agents): " + ", ".join(["3/1/2"] * 5 + ["6/1/2"] * 6) in out
