@@ -62,24 +62,30 @@ def test_creates_the_initial_components_and_proposes_bounded_neighbours():
         assert t in (1, 2) and p in (1, 2) and a in (1, 2) and g in (4, 5)
 
 
+def scripted_run(dyn, monkeypatch, proposals: list, scores: list) -> list:
+    """Runs the hill-climb with these proposals and window scores (None: stopped), without waiting; returns the
+    counts each window measured."""
+    dyn.stop_event.wait = lambda seconds: False
+    proposed, scored, measured_at = iter(proposals), iter(scores), []
+    monkeypatch.setattr(dyn, "propose", lambda current: next(proposed))
+
+    def measure():
+        measured_at.append(dyn.state())
+        return next(scored)
+
+    monkeypatch.setattr(dyn, "measure", measure)
+    dyn.run()
+    return measured_at
+
+
 def test_keeps_a_better_setting_and_goes_back_from_a_worse_one_measuring_it_again(monkeypatch):
     """Without a margin, the original's rule: one window that does better keeps a change."""
     cluster = Cluster(2)
     server = Server(cfg("DYNAMIC_SETTINGS_MARGIN=0"), cluster)
     dyn = ThreadDynamicAdjustment(server)
-    dyn.stop_event.wait = lambda seconds: False  # no initial wait in the test
-    proposals = iter([(3, 2, 32, 3), (3, 1, 36, 4), (2, 2, 32, 3)])
-    monkeypatch.setattr(dyn, "propose", lambda current: next(proposals))
     # baseline, better (kept), worse (undone), the kept setting measured again, then the run stops mid-window
-    scores = iter([100.0, 150.0, 120.0, 140.0, None])
-    measured_at = []
-
-    def measure():
-        measured_at.append(dyn.state())
-        return next(scores)
-
-    monkeypatch.setattr(dyn, "measure", measure)
-    dyn.run()
+    measured_at = scripted_run(dyn, monkeypatch, [(3, 2, 32, 3), (3, 1, 36, 4), (2, 2, 32, 3)],
+                               [100.0, 150.0, 120.0, 140.0, None])
     assert measured_at == [(2, 2, 32, 2), (3, 2, 32, 3), (3, 1, 36, 4), (3, 2, 32, 3), (2, 2, 32, 3)]
     assert server.current == (2, 2, 32) and cluster.groups == 3  # the last proposal, applied when the run stopped
 
@@ -90,19 +96,9 @@ def test_with_a_margin_a_change_is_kept_only_when_two_windows_beat_the_current_s
     gain (undone after one window, as 135 < 125 * 1.1)."""
     server = Server(cfg("DYNAMIC_SETTINGS_MARGIN=0.1"))
     dyn = ThreadDynamicAdjustment(server)
-    dyn.stop_event.wait = lambda seconds: False
     a, b, c, d, e = (3, 2, 32), (2, 1, 32), (2, 2, 36), (1, 2, 36), (2, 2, 40)
-    proposals = iter([a, b, c, d, e])
-    monkeypatch.setattr(dyn, "propose", lambda current: next(proposals))
-    scores = iter([100.0, 105.0, 100.0, 130.0, 108.0, 100.0, 130.0, 120.0, 135.0, 124.0, None])
-    measured_at = []
-
-    def measure():
-        measured_at.append(dyn.state())
-        return next(scores)
-
-    monkeypatch.setattr(dyn, "measure", measure)
-    dyn.run()
+    measured_at = scripted_run(dyn, monkeypatch, [a, b, c, d, e],
+                               [100.0, 105.0, 100.0, 130.0, 108.0, 100.0, 130.0, 120.0, 135.0, 124.0, None])
     start = (2, 2, 32)
     # after d is undone, the kept c is measured again and is where the next change (e) starts from
     assert measured_at == [start, a, start, b, b, start, c, c, d, c, e]
