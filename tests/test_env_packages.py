@@ -134,7 +134,8 @@ def test_user_module_is_imported_in_the_spawned_agents(tmp_path):
     assert rc == 0, err[-3000:]
     s = summary(err)
     assert s["steps"] >= 400 and s["lost"] == 0
-    assert len(result_lines(tmp_path / "results.txt")) == s["episodes"] >= 20
+    # 20 steps an episode; when the run stops, each of the 2 agents may be inside an unfinished one
+    assert len(result_lines(tmp_path / "results.txt")) == s["episodes"] >= s["steps"] // 20 - 2
     made = [line.split() for line in (tmp_path / "made.txt").read_text().splitlines()]
     spawned = {pid for pid, child in made if child == "True"}
     assert len(spawned) == 2, made  # each agent process imported mymod and made its env
