@@ -65,12 +65,17 @@ def run_once(args: argparse.Namespace, variant: tuple[str, list[str]], seed: int
     found = SUMMARY.findall(stderr)
     if proc.returncode != 0 or not found:
         raise SystemExit(f"run {name} seed {seed} failed (exit {proc.returncode}); see {folder / 'stderr.txt'}")
-    s = {k: float(v) for k, v in re.findall(r"(\w+)=(-?[\d.]+)", found[-1])}
+    s = summary_values(found[-1])
     rows = read_results(str(results)) if results.exists() else []
     reach = first_reach(rows, args.window, args.target) if args.target is not None else None
     return dict(variant=name, seed=seed, seconds=reach[0] if reach else None, steps=reach[1] if reach else None,
                 best=best_mean(rows, args.window), lag_mean=s.get("policy_lag_mean"), lag_max=s.get("policy_lag_max"),
                 steps_per_s=s.get("steps_per_s"), episodes=len(rows))
+
+
+def summary_values(line: str) -> dict[str, float]:
+    """The numbers of a run's summary line, by name."""
+    return {k: float(v) for k, v in re.findall(r"(\w+)=(-?[\d.]+)", line)}
 
 
 def first_reach(rows: list, window: int, target: float) -> tuple[float, int] | None:

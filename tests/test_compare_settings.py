@@ -1,6 +1,5 @@
 """scripts/compare_settings.py: its arithmetic on hand-built results, its variants, and real CartPole runs."""
 
-import re
 import subprocess
 import sys
 from datetime import datetime, timedelta
@@ -88,7 +87,7 @@ def test_a_variant_setting_reaches_its_run_and_max_steps_bounds_it(tmp_path):
     for name in ("base", "long"):
         err = (tmp_path / f"{name}-seed1" / "stderr.txt").read_text()
         assert "stopping: MAX_STEPS=3000 reached" in err, err[-2000:]
-        s = {k: float(v) for k, v in re.findall(r"(\w+)=(-?[\d.]+)", cs.SUMMARY.findall(err)[-1])}
+        s = cs.summary_values(cs.SUMMARY.findall(err)[-1])
         assert s["steps"] >= 3000, s
         per_step[name] = s["updates"] / s["trained"]
     assert 0.19 < per_step["base"] < 0.21 and 0.04 < per_step["long"] < 0.06, per_step  # partial ends: a bit more
