@@ -438,7 +438,9 @@ def validate(cfg: Config, *, sources: Mapping[str, str] | None = None) -> None:
            f'at most CLUSTER_MAX_AGENT_GROUPS={cfg.CLUSTER_MAX_AGENT_GROUPS}',
            'lower CLUSTER_AGENT_GROUPS or raise CLUSTER_MAX_AGENT_GROUPS', src)
     at_least('CLUSTER_ENVS_PER_GROUP', 1)
-    _check(cfg.CLUSTER_ENVS_PER_GROUP % cfg.ENVS_PER_AGENT == 0, cfg, 'CLUSTER_ENVS_PER_GROUP',
+    # only where groups run: ENVS_PER_AGENT=16 on one machine must not trip over the groups' default of 8
+    _check(cfg.CLUSTER != 'ray' or cfg.CLUSTER_ENVS_PER_GROUP % cfg.ENVS_PER_AGENT == 0, cfg,
+           'CLUSTER_ENVS_PER_GROUP',
            f'a multiple of ENVS_PER_AGENT={cfg.ENVS_PER_AGENT} (a group rollout fills whole experience slots)',
            f'set CLUSTER_ENVS_PER_GROUP to e.g. '
            f'{cfg.ENVS_PER_AGENT * max(cfg.CLUSTER_ENVS_PER_GROUP // cfg.ENVS_PER_AGENT, 1)}', src)

@@ -135,37 +135,46 @@ def test_train_models_false_trains_nothing(tmp_path, tag):
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# CartPole with the classic preset, bounded in agent steps: a loaded machine slows the test, it does not fail it.
-TARGET, WINDOW, MAX_STEPS, SEEDS = 195.0, 20, 150_000, (1, 2)
-HANG_GUARD = 600  # seconds; about 30 s on 2 idle cores
+# The classic preset, unchanged, on two tasks, bounded in agent steps: a loaded machine slows the test, it does not
+# fail it. Budgets hold about twice the steps the preset needed (docs/results/classic-cpu.md: CartPole-v1 475 in
+# 251-255K, Acrobot-v1 -100 in 443-748K over 5 seeds); a second seed runs only if the first misses.
+WINDOW, SEEDS = 20, (1, 2)
+HANG_GUARD = 900  # seconds; about 15 s (CartPole) and 40 s (Acrobot) on 2 idle cores
+TASKS = {  # task: (target of the rolling mean over WINDOW episodes, MAX_STEPS, lowest and highest episode score)
+    "CartPole-v1": (475.0, 500_000, 0, 500),
+    "Acrobot-v1": (-100.0, 1_500_000, -500, 0),
+}
 
 
-def learn_cartpole(folder: Path, tag: str, seed: int) -> tuple[int | None, list[float]]:
-    """One attempt: runs until the rolling mean reaches TARGET (then SIGINT) or MAX_STEPS ends the run; returns
-    (agent steps of the finished episodes when TARGET was reached or None, rolling means)."""
+def learn(folder: Path, tag: str, task: str, seed: int) -> tuple[int | None, list[float]]:
+    """One attempt: runs until the rolling mean reaches the task's target (then SIGINT) or MAX_STEPS ends the run;
+    returns (agent steps of the finished episodes when the target was reached or None, rolling means)."""
+    target, max_steps, low, high = TASKS[task]
     folder.mkdir()
-    args = ["--config", str(REPO / "configs" / "classic.toml"), "ATARI_GAME=CartPole-v1", f"MAX_STEPS={MAX_STEPS}",
+    args = ["--config", str(REPO / "configs" / "classic.toml"), f"ATARI_GAME={task}", f"MAX_STEPS={max_steps}",
             f"SEED={seed}", f"STAT_ROLLING_MEAN_WINDOW={WINDOW}", "SAVE_MODELS=False"]
     proc, out_path, err_path = start_ga3c(args, folder, tagged_env(tag))
     results = folder / "results.txt"
-    stop_when_learned(proc, results, WINDOW, TARGET, 120, "CartPole", err_path, hang_guard=HANG_GUARD)
+    stop_when_learned(proc, results, WINDOW, target, 120, task, err_path, hang_guard=HANG_GUARD)
     out, err = out_path.read_text(), err_path.read_text()
     assert_ok(proc.returncode, out, err)
     assert_no_leftovers(tag)
-    assert_results_file(results, low=0, high=500)
+    assert_results_file(results, low=low, high=high)
     assert_accounted(summary(err), err)
-    return steps_to_reach(results, WINDOW, TARGET), rolling_means(result_scores(results), WINDOW)
+    return steps_to_reach(results, WINDOW, target), rolling_means(result_scores(results), WINDOW)
 
 
-def test_cartpole_learns(tmp_path, tag):
+@pytest.mark.parametrize("task", list(TASKS))
+def test_classic_preset_learns(tmp_path, tag, task):
+    target, max_steps = TASKS[task][:2]
     curves = []
     for attempt, seed in enumerate(SEEDS):
-        steps, means = learn_cartpole(tmp_path / f"attempt{attempt}", tag, seed)
+        steps, means = learn(tmp_path / f"attempt{attempt}", tag, task, seed)
         if steps is not None:
-            print(f"CartPole: rolling mean >= {TARGET} after {steps} agent steps (seed {seed})")
+            print(f"{task}: rolling mean >= {target} after {steps} agent steps (seed {seed})")
             return
         curves.append([round(m, 1) for m in means[::max(1, len(means) // 60)]])
-    pytest.fail(f"CartPole did not reach a rolling mean of {TARGET} over {WINDOW} episodes within {MAX_STEPS} agent "
+    pytest.fail(f"{task} did not reach a rolling mean of {target} over {WINDOW} episodes within {max_steps} agent "
                 f"steps in {len(SEEDS)} attempts; rolling means:\n" + "\n".join(map(str, curves)))
 
 

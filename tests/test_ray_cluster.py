@@ -36,7 +36,10 @@ def test_settings_of_the_cluster():
                           "WEIGHT_SYNC_UPDATES=5"])
     assert (cfg.CLUSTER, cfg.CLUSTER_AGENT_GROUPS, cfg.WEIGHT_SYNC_UPDATES) == ("ray", 3, 5)
     assert parse_settings([]).CLUSTER == ""
-    for bad, match in ((["CLUSTER=dask"], "CLUSTER"), (["CLUSTER_ENVS_PER_GROUP=6", "ENVS_PER_AGENT=4"], "multiple"),
+    # without a cluster the groups' size does not constrain the agents (CLUSTER_ENVS_PER_GROUP's default is 8)
+    assert parse_settings(["ENVS_PER_AGENT=16"]).ENVS_PER_AGENT == 16
+    for bad, match in ((["CLUSTER=dask"], "CLUSTER"),
+                       (["CLUSTER=ray", "CLUSTER_ENVS_PER_GROUP=6", "ENVS_PER_AGENT=4"], "multiple"),
                        (["CLUSTER_AGENT_GROUPS=9", "CLUSTER_MAX_AGENT_GROUPS=8"], "CLUSTER_MAX_AGENT_GROUPS"),
                        (["WEIGHT_SYNC_UPDATES=0"], "WEIGHT_SYNC_UPDATES"), (["CLUSTER_AGENT_GROUPS=-1"], "at least")):
         with pytest.raises(ConfigError, match=match):
