@@ -55,7 +55,9 @@ def test_variants_parse_and_bad_ones_are_refused():
 
 def run_compare(tmp_path, *args):
     # a rolling mean of 30 over 5 episodes: random play gets there too, so runs stop early by SIGINT
-    out = subprocess.run([sys.executable, str(SCRIPTS / "compare_settings.py"), "--seeds", "1", "--target", "30",
+    # cartpole.toml: the faithful algorithm (the classic preset's GAE excludes V-trace)
+    out = subprocess.run([sys.executable, str(SCRIPTS / "compare_settings.py"), "--config",
+                          str(SCRIPTS.parent / "configs" / "cartpole.toml"), "--seeds", "1", "--target", "30",
                           "--window", "5", "--budget", "60", "--out", str(tmp_path), *args, "ATARI_GAME=CartPole-v1",
                           "DEVICE=cpu", "AGENTS=2", "PREDICTORS=1", "TRAINERS=1", "DYNAMIC_SETTINGS=False"],
                          capture_output=True, text=True, timeout=300)
@@ -76,7 +78,8 @@ def test_the_default_variants_are_none_and_vtrace_in_real_runs(tmp_path):
 def test_a_variant_setting_reaches_its_run_and_max_steps_bounds_it(tmp_path):
     # an unreachable target: each run goes on until its MAX_STEPS; every rollout is one update (no minimum batch),
     # so updates / trained transitions is 1 / TIME_MAX: 1/5 for the base, 1/20 for the variant's TIME_MAX=20
-    out = subprocess.run([sys.executable, str(SCRIPTS / "compare_settings.py"), "--seeds", "1", "--target", "1e9",
+    out = subprocess.run([sys.executable, str(SCRIPTS / "compare_settings.py"), "--config",
+                          str(SCRIPTS.parent / "configs" / "cartpole.toml"), "--seeds", "1", "--target", "1e9",
                           "--window", "5", "--budget", "120", "--max-steps", "3000", "--out", str(tmp_path),
                           "--variant", "base", "--variant", "long: TIME_MAX=20", "ATARI_GAME=CartPole-v1",
                           "DEVICE=cpu", "AGENTS=2", "PREDICTORS=1", "TRAINERS=1", "DYNAMIC_SETTINGS=False",
