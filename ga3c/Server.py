@@ -232,6 +232,9 @@ class Server:
         self.trainers: list[ThreadTrainer] = []
         self._anneal()
         self.last_scalars_update = -1
+        # trainer threads report concurrently: the version is read, checked and sent under one lock, so that the
+        # points reach TensorBoard in the order of their update counts
+        self.scalars_lock = threading.Lock()
 
     # ------------------------------------------------------------------ components
     def add_agent(self) -> bool:
@@ -381,15 +384,16 @@ class Server:
         """Sends the losses to TensorBoard every TENSORBOARD_UPDATE_FREQUENCY updates (keyed by agent steps)."""
         if not self.cfg.TENSORBOARD:
             return
-        updates = self.network.version
-        if updates // self.cfg.TENSORBOARD_UPDATE_FREQUENCY == self.last_scalars_update:
-            return
-        self.last_scalars_update = updates // self.cfg.TENSORBOARD_UPDATE_FREQUENCY
-        out = {f"train/{k}": float(v) for k, v in scalars.items()}
-        out.update({"train/learning_rate": self.learning_rate, "train/beta": self.beta,
-                    "train/policy_lag_mean": lag_mean, "train/policy_lag_max": lag_max,
-                    "train/updates": updates + self.updates_base})
-        self._to_stats(("train", self.total_steps(), out))
+        with self.scalars_lock:
+            updates = self.network.version
+            if updates // self.cfg.TENSORBOARD_UPDATE_FREQUENCY == self.last_scalars_update:
+                return
+            self.last_scalars_update = updates // self.cfg.TENSORBOARD_UPDATE_FREQUENCY
+            out = {f"train/{k}": float(v) for k, v in scalars.items()}
+            out.update({"train/learning_rate": self.learning_rate, "train/beta": self.beta,
+                        "train/policy_lag_mean": lag_mean, "train/policy_lag_max": lag_max,
+                        "train/updates": updates + self.updates_base})
+            self._to_stats(("train", self.total_steps(), out))
 
     def _to_stats(self, item) -> None:
         with self.control_lock:
