@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Four games of the GA3C paper's Table 3, configs/cpu.toml unchanged, 30 minutes each, then evaluation.
 set -u
-cd /work/main
+cd "$(git rev-parse --show-toplevel)"   # the repository root; run outputs go under runs/ (ignored)
 for G in Qbert Seaquest MsPacman Centipede; do
   D=runs/atari/$G
   mkdir -p $D
