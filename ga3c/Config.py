@@ -52,6 +52,10 @@ class Config:
     # (new) A change is kept only if two windows in a row beat the current setting by more than this fraction
     # (0 = the original: one window with any gain keeps it; a window varies by ~10%, so counts walk at random)
     DYNAMIC_SETTINGS_MARGIN = 0.1
+    # (new) After each change it undoes, the adjustment measures the setting it went back to over twice as many
+    # windows as the last time, up to this many, before the next trial (1 = the original: one window, then the next
+    # trial; more: once the counts have settled, fewer windows spent on worse trial settings)
+    DYNAMIC_SETTINGS_HOLD_MAX = 1
 
     # (new) Environments stepped by each agent process; its states travel to the predictors together
     ENVS_PER_AGENT = 1

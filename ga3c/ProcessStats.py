@@ -42,6 +42,34 @@ def results_line(when: float, reward: float, length: int) -> str:
     return f"{datetime.fromtimestamp(when):%Y-%m-%d %H:%M:%S}, {reward:.10g}, {length}\n"
 
 
+def last_rewards(path: str, count: int) -> list[float]:
+    """The rewards of the last `count` complete lines of a results file, read from its end. A resumed run's rolling
+    score goes on from them: otherwise it would be the mean of the episodes since the resume alone."""
+    if count <= 0:
+        return []
+    try:
+        with open(path, "rb") as f:
+            pos = f.seek(0, os.SEEK_END)
+            block = b""
+            while pos > 0 and block.count(b"\n") <= count:
+                size = min(1 << 16, pos)
+                pos -= size
+                f.seek(pos)
+                block = f.read(size) + block
+    except OSError:
+        return []
+    lines = block.split(b"\n")
+    if pos > 0:
+        lines = lines[1:]  # the first may be the tail of a line that began before the block
+    rewards = []
+    for line in [line for line in lines if line.strip()][-count:]:
+        try:
+            rewards.append(float(line.split(b",")[1]))
+        except (IndexError, ValueError):  # not a results line: the score starts from the lines after it
+            rewards.clear()
+    return rewards
+
+
 class ProcessStats:
     def __init__(self, cfg, shared: sb.SharedBuffers, episode_conn, control_conn, parent_pid: int, start_time: float,
                  frames_per_step: int, results_path: str) -> None:
@@ -71,9 +99,11 @@ class ProcessStats:
                 threading.__excepthook__(args)
             self.opening = threading.Thread(target=self._open_writer, name="tensorboard-open", daemon=True)
             self.opening.start()
-        self.window = deque(maxlen=cfg.STAT_ROLLING_MEAN_WINDOW)
-        self.rolling_sum = 0.0
+        self.scores: deque[float] = deque(maxlen=cfg.STAT_ROLLING_MEAN_WINDOW)  # RScore's episodes
+        self.window: deque[tuple[float, int]] = deque(maxlen=cfg.STAT_ROLLING_MEAN_WINDOW)  # RPPS's: this run's
         self.episodes = int(c[sb.C_EPISODES])
+        self.scores.extend(last_rewards(self.results_path, min(self.episodes, cfg.STAT_ROLLING_MEAN_WINDOW)))
+        self.rolling_sum = sum(self.scores)
         self.base_steps = self.total_steps()
         episode_fd, control_fd = self.episode_conn.fileno(), self.control.fileno()
         fcntl.fcntl(episode_fd, fcntl.F_SETFL, fcntl.fcntl(episode_fd, fcntl.F_GETFL) | os.O_NONBLOCK)
@@ -187,22 +217,23 @@ class ProcessStats:
         self._write_result(results_line(when, reward, length))
         self.episodes += 1
         c[sb.C_EPISODES] = self.episodes
-        window = self.window
-        if len(window) == window.maxlen:
-            self.rolling_sum -= window[0][1]
-        window.append((time.time(), reward, length))
+        scores = self.scores
+        if len(scores) == scores.maxlen:
+            self.rolling_sum -= scores[0]
+        scores.append(reward)
         self.rolling_sum += reward
+        self.window.append((time.time(), length))
         steps = self.total_steps()
         self._scalar("episode/score", reward, steps)
         self._scalar("episode/length", length, steps)
         if self.episodes % cfg.PRINT_STATS_FREQUENCY == 0:
-            self._print(self.episodes, reward, self.rolling_sum / len(window), window, steps, self.base_steps)
+            self._print(self.episodes, reward, self.rolling_sum / len(scores), self.window, steps, self.base_steps)
 
     def _print(self, episodes, reward, rscore, window, steps, base_steps) -> None:
         c = self.shared.counters
         elapsed = max(time.time() - self.start_time, 1e-9)
         span = window[-1][0] - window[0][0]
-        rpps = sum(length for _, _, length in list(window)[1:]) / span if span > 0 else 0.0
+        rpps = sum(length for _, length in list(window)[1:]) / span if span > 0 else 0.0
         pps = c[sb.C_PREDICTIONS] / elapsed
         tps = c[sb.C_UPDATES] / elapsed
         fps = (steps - base_steps) * self.frames_per_step / elapsed

@@ -8,6 +8,9 @@ instead of trusting an old figure, and the objective is trained samples per seco
 not training updates (whose size varies with the batch). With DYNAMIC_SETTINGS_MARGIN above 0, a change is kept
 only when two windows in a row beat the current setting by more than that fraction: one 20-s window varies by
 about 10% on two cores, and the original's rule (keep any gain seen once) then walks the counts about at random.
+With DYNAMIC_SETTINGS_HOLD_MAX above 1, each undone change doubles the windows (up to that many) over which the
+setting it went back to is measured before the next trial, and a kept change resets them to one: half the
+original's windows measure a trial setting, most of them worse than the current one once the counts have settled.
 """
 
 from __future__ import annotations
@@ -95,6 +98,16 @@ class ThreadDynamicAdjustment(threading.Thread):
         second = self.measure()
         return None if second is None else (second > score * (1 + margin), (first + second) / 2)
 
+    def hold(self, windows: int) -> float | None:
+        """The current setting's score: the mean of `windows` windows; None when stopped meanwhile."""
+        total = 0.0
+        for _ in range(windows):
+            score = self.measure()
+            if score is None:
+                return None
+            total += score
+        return total / windows
+
     def run(self) -> None:
         srv = self.server
         try:
@@ -102,6 +115,7 @@ class ThreadDynamicAdjustment(threading.Thread):
                 return
             current = self.state()
             score = self.measure()
+            windows = 1  # windows the current setting is measured over after the next undone change
             while score is not None:
                 candidate = self.propose(current)
                 self.apply(candidate)
@@ -111,8 +125,10 @@ class ThreadDynamicAdjustment(threading.Thread):
                 kept, trial = outcome
                 if kept:
                     current, score = candidate, trial
+                    windows = 1
                 else:
                     self.apply(current)
-                    score = self.measure()
+                    score = self.hold(windows)
+                    windows = min(2 * windows, srv.cfg.DYNAMIC_SETTINGS_HOLD_MAX)
         except BaseException as exc:  # noqa: BLE001 - reported to the server, which stops the run cleanly
             srv.component_failed(self.name, exc)

@@ -361,6 +361,7 @@ def validate(cfg: Config, *, sources: Mapping[str, str] | None = None) -> None:
     positive('DYNAMIC_SETTINGS_STEP_WAIT')
     positive('DYNAMIC_SETTINGS_INITIAL_WAIT')
     at_least('DYNAMIC_SETTINGS_MARGIN', 0, '0 = keep any gain, as the original')
+    at_least('DYNAMIC_SETTINGS_HOLD_MAX', 1, '1 = one window between trials, as the original')
 
     nonempty('ATARI_GAME')
     at_least('LOAD_EPISODE', 0, '0 means the latest checkpoint')

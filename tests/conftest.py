@@ -26,7 +26,7 @@ TAG_KEY = "GA3C_TEST_TAG"
 
 RESULT_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d, -?\d+(\.\d+)?, \d+$")
 STATS_LINE = re.compile(
-    r"^\[Time: +\d+\] \[Episode: +(?P<episode>\d+) Score: +-?[\d.]+\] \[RScore: +-?[\d.]+ RPPS: +\d+\] "
+    r"^\[Time: +\d+\] \[Episode: +(?P<episode>\d+) Score: +-?[\d.]+\] \[RScore: +(?P<rscore>-?[\d.]+) RPPS: +\d+\] "
     r"\[PPS: +(?P<pps>\d+) TPS: +(?P<tps>\d+)\].*\[NT: +(?P<nt>\d+) NP: +(?P<np>\d+) NA: +(?P<na>\d+)\]$")
 SUMMARY = re.compile(r"summary: (?P<body>.*)$", re.MULTILINE)
 

@@ -104,6 +104,33 @@ def test_with_a_margin_a_change_is_kept_only_when_two_windows_beat_the_current_s
     assert measured_at == [start, a, start, b, b, start, c, c, d, c, e]
 
 
+def test_with_a_hold_each_undone_change_doubles_the_windows_before_the_next_trial(monkeypatch):
+    """HOLD_MAX=4, no margin: undone changes hold the current setting for 1, 2, then 4 windows (at most), their
+    mean the score the next trial must beat; a kept change starts again from one window."""
+    server = Server(cfg("DYNAMIC_SETTINGS_MARGIN=0", "DYNAMIC_SETTINGS_HOLD_MAX=4"))
+    dyn = ThreadDynamicAdjustment(server)
+    start, a, b, c, d, e, f = (2, 2, 32), (3, 2, 32), (2, 1, 32), (3, 2, 36), (1, 2, 36), (2, 2, 28), (2, 1, 28)
+    scores = [100.0,
+              90.0, 100.0,  # a undone, start held 1 window: 100
+              99.0, 110.0, 120.0,  # b (99 < 100) undone, start held 2 windows: mean 115
+              114.0, 100.0, 110.0, 120.0, 130.0,  # c (114 < 115) undone, held 4 windows: mean 115
+              116.0,  # d (116 > 115) kept, its score 116
+              90.0, 116.0,  # e undone: d held 1 window again
+              None]  # f: stopped
+    measured_at = scripted_run(dyn, monkeypatch, [a, b, c, d, e, f], scores)
+    assert measured_at == [start, a, start, b, start, start, c, *[start] * 4, d, e, d, f]
+    assert server.current == f  # stopped while f was measured
+
+
+def test_hold_max_of_one_is_the_original_schedule(monkeypatch):
+    """The default: after every undone change, one window of the current setting, then the next trial."""
+    server = Server(cfg("DYNAMIC_SETTINGS_MARGIN=0"))
+    dyn = ThreadDynamicAdjustment(server)
+    start, a, b, c = (2, 2, 32), (3, 2, 32), (2, 1, 32), (3, 2, 36)
+    measured_at = scripted_run(dyn, monkeypatch, [a, b, c], [100.0, 90.0, 100.0, 80.0, 100.0, None])
+    assert measured_at == [start, a, start, b, start, c]
+
+
 def test_measure_counts_trained_samples_per_second_of_the_window_only():
     """The objective: transitions trained during the window, divided by its length; what was trained while the
     new setting settled does not count."""

@@ -318,7 +318,11 @@ FAKE = ["2000-01-01 00:00:00, 999, 9", "2000-01-01 00:00:01, 998, 8", "2000-01-0
 
 
 def test_resume_continues_counters_and_cuts_results(tmp_path, tag):
-    base = [*CARTPOLE, "AGENTS=2", "SAVE_MODELS=True"]
+    """A resume goes on from the checkpoint: counters, results.txt cut to its episodes, and the console's rolling
+    score over the last STAT_ROLLING_MEAN_WINDOW lines of results.txt, those before the resume included."""
+    window = 20
+    base = [*CARTPOLE, "AGENTS=2", "SAVE_MODELS=True", f"STAT_ROLLING_MEAN_WINDOW={window}",
+            "PRINT_STATS_FREQUENCY=5"]
     rc, out, err = run_ga3c([*base, "EPISODES=30"], tmp_path, timeout=180, env=tagged_env(tag))
     assert_ok(rc, out, err)
     assert_no_leftovers(tag)
@@ -347,6 +351,30 @@ def test_resume_continues_counters_and_cuts_results(tmp_path, tag):
     assert stats, f"no stats line in the resumed run:\n{tail(out)}"
     assert int(stats[0]["episode"]) > 30, stats[0].group(0)
     assert int(stats[-1]["episode"]) == 60
+    rewards = [float(line.split(",")[1]) for line in lines]
+    for line in stats:
+        episode = int(line["episode"])
+        expected = sum(rewards[episode - window:episode]) / window
+        assert float(line["rscore"]) == pytest.approx(expected, abs=1e-4), (line.group(0), expected)
     s = summary(err)
     assert_accounted(s, err)
     assert s["episodes"] == 60
+
+
+def test_last_rewards_reads_the_tail_of_a_results_file(tmp_path):
+    """The resumed rolling score's source: the last lines of a file longer than one read block, a file shorter
+    than the window, a file that is gone, and a line that is not a result (the score starts after it)."""
+    from ga3c.ProcessStats import last_rewards, results_line
+
+    path = tmp_path / "results.txt"
+    rewards = [float((i * 7919) % 43 - 21) + (0.5 if i % 3 == 0 else 0.0) for i in range(5000)]
+    path.write_text("".join(results_line(946684800.0 + i, r, 100 + i) for i, r in enumerate(rewards)))
+    assert path.stat().st_size > 1 << 16
+    assert last_rewards(str(path), 1000) == rewards[-1000:]
+    assert last_rewards(str(path), 1) == rewards[-1:]
+    assert last_rewards(str(path), 0) == []
+    assert last_rewards(str(path), 10_000) == rewards
+    assert last_rewards(str(tmp_path / "gone.txt"), 10) == []
+    with open(path, "a") as f:
+        f.write("not a result\n" + results_line(946690000.0, 3.0, 50) + "\n")
+    assert last_rewards(str(path), 100) == [3.0]
