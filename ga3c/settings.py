@@ -385,6 +385,7 @@ def validate(cfg: Config, *, sources: Mapping[str, str] | None = None) -> None:
     at_least('MAX_STEPS', 0, '0 = no limit')
     at_least('MAX_SECONDS', 0, '0 = no limit')
     at_least('TRIM_SECONDS', 0, '0 = never')
+    at_least('MALLOC_ARENAS', 1)
     at_least('BETA_START', 0)
     at_least('BETA_END', 0)
     positive('LEARNING_RATE_START')

@@ -3,6 +3,9 @@
 import copy
 import logging
 import os
+import re
+import subprocess
+import sys
 import threading
 
 import numpy as np
@@ -641,3 +644,37 @@ def test_release_freed_memory_gives_back_what_keep_freed_memory_keeps():
     after = _rss_anon_mb()
     assert before - after > 100, (before, after)  # of the 180 MiB freed
     assert all(int(b[0]) == int(b[-1]) == (16 * i) % 251 for i, b in enumerate(kept))
+
+
+_ARENA_PROBE = """
+import ctypes, os, sys, threading
+from ga3c.NetworkVP import keep_freed_memory
+keep_freed_memory(int(sys.argv[1]))
+start = threading.Barrier(8)
+def work():
+    start.wait()  # all eight threads alive at once, each asking glibc for memory
+    blocks = [ctypes.create_string_buffer(4096) for _ in range(64)]
+    start.wait()
+threads = [threading.Thread(target=work) for _ in range(8)]
+for t in threads: t.start()
+for t in threads: t.join()
+libc = ctypes.CDLL("libc.so.6")
+libc.fopen.restype = ctypes.c_void_p
+fp = libc.fopen(sys.argv[2].encode(), b"w")
+libc.malloc_info(0, ctypes.c_void_p(fp))
+libc.fclose(ctypes.c_void_p(fp))
+"""
+
+
+@pytest.mark.skipif(network_module._glibc() is None, reason="counts glibc's arenas with its malloc_info")
+@pytest.mark.parametrize("arenas", [1, 2])
+def test_keep_freed_memory_caps_the_heaps_threads_spread_over(tmp_path, arenas):
+    """MALLOC_ARENAS caps glibc's heaps: eight threads allocating at once share at most that many (glibc's own
+    malloc_info report counts them), where uncapped glibc gives a 2-core machine up to 16."""
+    for cap, path in ((arenas, tmp_path / "capped.xml"), (8, tmp_path / "eight.xml")):
+        subprocess.run([sys.executable, "-c", _ARENA_PROBE, str(cap), str(path)], check=True, timeout=120,
+                       cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    capped = len(re.findall(r'<heap nr="\d+">', (tmp_path / "capped.xml").read_text()))
+    eight = len(re.findall(r'<heap nr="\d+">', (tmp_path / "eight.xml").read_text()))
+    assert capped == arenas, (tmp_path / "capped.xml").read_text()[:2000]
+    assert eight > arenas  # the probe does spread over more heaps when allowed to
