@@ -76,8 +76,8 @@ class Config:
     # run's main process otherwise grows with fragmentation); 0 = never
     TRIM_SECONDS = 60
     # (new) glibc heaps (arenas) the main process's threads share. One heap: every thread reuses the others' freed
-    # blocks (9 minutes of a soak: 522 MiB against 590 with 4 heaps, the same steps/s); more heaps mean less
-    # waiting on a heap's lock and more free memory kept apart in each (docs/results/soak-cpu.md)
+    # blocks (a 2-hour soak: +4.1% from minute 10 to 120, against +10.0% with 4 heaps, the same steps/s); more
+    # heaps mean less waiting on a heap's lock and more free memory kept apart in each (docs/results/soak-cpu.md)
     MALLOC_ARENAS = 1
 
     #########################################################################
