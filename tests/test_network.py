@@ -635,7 +635,7 @@ def _rss_anon_mb() -> float:
 def test_release_freed_memory_gives_back_what_keep_freed_memory_keeps():
     """With keep_freed_memory's settings (blocks from the heap, never trimmed), freed blocks below a live one stay
     resident; release_freed_memory() gives their pages back, and keeps the live blocks' contents."""
-    network_module.keep_freed_memory()
+    network_module.keep_freed_memory(Config.MALLOC_ARENAS)
     blocks = [np.full(1 << 20, i % 251, dtype=np.uint8) for i in range(192)]  # 192 MiB in 1 MiB heap blocks
     kept = blocks[::16]  # a live block every 16 MiB: the heap's top cannot shrink past them
     del blocks
@@ -647,8 +647,8 @@ def test_release_freed_memory_gives_back_what_keep_freed_memory_keeps():
 
 
 _ARENA_PROBE = """
-import ctypes, os, sys, threading
-from ga3c.NetworkVP import keep_freed_memory
+import ctypes, sys, threading
+from ga3c.NetworkVP import _glibc, keep_freed_memory
 keep_freed_memory(int(sys.argv[1]))
 start = threading.Barrier(8)
 def work():
@@ -658,7 +658,7 @@ def work():
 threads = [threading.Thread(target=work) for _ in range(8)]
 for t in threads: t.start()
 for t in threads: t.join()
-libc = ctypes.CDLL("libc.so.6")
+libc = _glibc()
 libc.fopen.restype = ctypes.c_void_p
 fp = libc.fopen(sys.argv[2].encode(), b"w")
 libc.malloc_info(0, ctypes.c_void_p(fp))
