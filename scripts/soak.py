@@ -63,6 +63,16 @@ def rss_mb(pid: int) -> float | None:
     return sum(int(v.split()[0]) for v in fields.values()) / 1024
 
 
+def cpu_seconds(pid: int) -> float | None:
+    """User + system CPU seconds of a process, all its threads (/proc/PID/stat); None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime and stime: fields 14 and 15
+
+
 class _MallInfo2(ctypes.Structure):
     _fields_ = [(name, ctypes.c_size_t) for name in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
                                                       "fsmblks", "uordblks", "fordblks", "keepcost")]
@@ -121,7 +131,8 @@ class Monitor(threading.Thread):
              "stats": rss_mb(srv.stats.pid) if srv.stats.pid else None,
              "agents": {str(pid): rss_mb(pid) for pid in agents.values()},
              "steps": steps, "trained": trained, "episodes": srv.episodes(),
-             "counts": [int(c[sb.C_NT]), int(c[sb.C_NP]), int(c[sb.C_NA])]}
+             "counts": [int(c[sb.C_NT]), int(c[sb.C_NP]), int(c[sb.C_NA])],
+             "cpu": {str(pid): cpu_seconds(pid) for pid in (os.getpid(), srv.stats.pid, *agents.values()) if pid}}
         if last is not None:
             dt = max(now - start - last["t"], 1e-9)
             s["steps_per_s"] = round((steps - last["steps"]) / dt, 1)
@@ -259,7 +270,30 @@ def steadiness(samples: list[dict], settle: float, window: float) -> bool:
     print("counts held most (trainers/predictors/agents): "
           + ", ".join(held[k].most_common(1)[0][0] for k in sorted(full)))
     print(f"median {mid:.0f}: largest deviation {100 * spread:.1f}% (limit {100 * MAX_SPREAD:g}%)")
+    cpu_per_window(later, settle, window, sorted(full))
     return worst <= MAX_GROWTH and spread <= MAX_SPREAD
+
+
+def cpu_per_window(later: list[dict], settle: float, window: float, keys: list[int]) -> None:
+    """Prints, per window, the CPU the run's processes used (cores busy) and the agent steps per CPU-second: on a
+    shared machine whose speed drifts, a window that is fast at the same cores busy and the same counts got faster
+    CPU, not a different trainer. Processes that started or ended between two samples are left out of that pair."""
+    steps: Counter = Counter()
+    cpu: Counter = Counter()
+    span: Counter = Counter()
+    for prev, s in zip(later, later[1:], strict=False):
+        if "cpu" not in s or "cpu" not in prev or s["t"] <= prev["t"]:
+            continue
+        k = int((s["t"] - settle) // window)
+        both = [pid for pid, v in s["cpu"].items() if v is not None and prev["cpu"].get(pid) is not None]
+        cpu[k] += sum(s["cpu"][pid] - prev["cpu"][pid] for pid in both)
+        steps[k] += s["steps"] - prev["steps"]
+        span[k] += s["t"] - prev["t"]
+    if not any(cpu[k] for k in keys):
+        return
+    print("cores busy per window: " + ", ".join(f"{cpu[k] / span[k]:.2f}" if span[k] else "-" for k in keys))
+    print("agent steps per CPU-second per window: "
+          + ", ".join(f"{steps[k] / cpu[k]:.0f}" if cpu[k] else "-" for k in keys))
 
 
 def report(mon: Monitor, server, free: list[int], results: Path, seconds: float, settle: float,
