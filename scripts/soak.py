@@ -11,8 +11,9 @@ monitor thread samples every --sample-every seconds the resident memory of every
 process, the stats process and each agent, as RssAnon + RssFile from /proc/PID/status: the shared-memory arrays
 (RssShmem) are left out, as they are counted once for the whole run, not per process; for the main process also
 glibc's own count of its heaps, in use and free (free chunks the heaps keep are resident, but no leak). It also
-samples the agent
-steps and trained transitions per second and the trainer/predictor/agent counts.
+samples the agent steps and trained transitions per second, the trainer/predictor/agent counts, and each process's
+user + system CPU seconds (/proc/PID/stat), from which the judgement prints the cores busy and the agent steps per
+CPU-second of each window.
 
 At the end it prints the memory of each process over time, the throughput over time, and the accounting:
     transitions: produced = trained + dropped (too old) + discarded (held by a killed agent) + lost (must be 0)
@@ -201,6 +202,14 @@ def watch_free_slots(server) -> list[int]:
     return free
 
 
+def by_window(later: list[dict], settle: float, window: float):
+    """(window index, previous sample, sample) for each pair of consecutive samples, by the later one's time; the
+    closing sample, which repeats the last time, is skipped."""
+    for prev, s in zip(later, later[1:], strict=False):
+        if s["t"] > prev["t"]:
+            yield int((s["t"] - settle) // window), prev, s
+
+
 def steadiness(samples: list[dict], settle: float, window: float) -> bool:
     """From `settle` seconds on: the memory growth of every process alive at both ends (the main process, the stats
     process and each agent that lived through; dynamic adjustment changes the number of agents, so their sum says
@@ -254,9 +263,8 @@ def steadiness(samples: list[dict], settle: float, window: float) -> bool:
     print(f"largest growth: {100 * worst:+.1f}% (limit {100 * MAX_GROWTH:g}%)")
     windows: dict[int, list[float]] = {}
     held: dict[int, Counter] = {}
-    for prev, s in zip(later, later[1:], strict=False):
-        if "steps_per_s" in s and s["t"] > prev["t"]:  # the closing sample repeats the last time: skip it
-            k = int((s["t"] - settle) // window)
+    for k, _prev, s in by_window(later, settle, window):
+        if "steps_per_s" in s:
             windows.setdefault(k, []).append(s["steps_per_s"])
             held.setdefault(k, Counter())["/".join(str(n) for n in s.get("counts") or ())] += 1
     full = {k: v for k, v in windows.items() if len(v) * 2 >= max(len(x) for x in windows.values())}  # no stub
@@ -281,10 +289,9 @@ def cpu_per_window(later: list[dict], settle: float, window: float, keys: list[i
     steps: Counter = Counter()
     cpu: Counter = Counter()
     span: Counter = Counter()
-    for prev, s in zip(later, later[1:], strict=False):
-        if "cpu" not in s or "cpu" not in prev or s["t"] <= prev["t"]:
+    for k, prev, s in by_window(later, settle, window):
+        if "cpu" not in s or "cpu" not in prev:
             continue
-        k = int((s["t"] - settle) // window)
         both = [pid for pid, v in s["cpu"].items() if v is not None and prev["cpu"].get(pid) is not None]
         cpu[k] += sum(s["cpu"][pid] - prev["cpu"][pid] for pid in both)
         steps[k] += s["steps"] - prev["steps"]

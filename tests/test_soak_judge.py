@@ -7,8 +7,11 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import subprocess
 import sys
+import threading
+import time
 
 import pytest
 from conftest import REPO
@@ -109,10 +112,6 @@ def test_the_counts_held_most_in_each_window_are_printed(capsys):
 
 def test_cpu_seconds_counts_every_thread_of_a_process():
     """Against Python's own clock for this process; a thread burns CPU beside the main one. Gone: None."""
-    import os
-    import threading
-    import time
-
     def burn():
         end = time.process_time() + 0.3
         while time.process_time() < end:
