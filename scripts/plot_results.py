@@ -1,12 +1,16 @@
 #!/usr/bin/env python3
-"""Plots a GA3C results file: the score of each episode and its rolling mean.
+"""Plots a GA3C results file: the score of each episode and its rolling mean; or several runs side by side.
 
     python scripts/plot_results.py results.txt -o curve.png [--window N] [--frameskip 4]
+    python scripts/plot_results.py seed1.txt seed2.txt seed3.txt -o seeds.png [--labels s1 s2 s3] [--target 18]
 
 The results file has one line per episode, `YYYY-mm-dd HH:MM:SS, score, length` (length in agent steps), as the
 training writes it. The top panel plots the scores against episodes, the bottom one against wall-clock minutes since
 the first episode; both have agent frames (cumulative length x frameskip) on a secondary x axis at the top. The
-rolling mean is the mean of the last N episodes (of all of them while fewer than N are done).
+rolling mean is the mean of the last N episodes (of all of them while fewer than N are done). Several files (the
+seeds of one setting, say) give one figure of their rolling means, against agent frames on top and against minutes
+since each run's first episode below, one line per run, with an optional dashed target line; each run's episodes,
+frames and best rolling mean are printed.
 
 Safe on a file a running training is still writing: a last line without its newline is torn (still being
 written) and ignored, and so are blank lines; other lines that do not parse are skipped with a count on stderr.
@@ -171,6 +175,50 @@ def plot(times, scores, lengths, out: str, window: int, frameskip: int, title: s
         plt.close(fig)
 
 
+def plot_runs(runs: list[tuple[str, list, list, list]], out: str, window: int, frameskip: int, title: str,
+              target: float | None) -> list[tuple[str, int, float, float]]:
+    """One figure of several runs' rolling means (`runs`: (label, times, scores, lengths) each), against agent
+    frames and against minutes; returns (label, episodes, frames, best rolling mean) per run."""
+    try:
+        import matplotlib
+    except ImportError:
+        raise PlotError("matplotlib is not installed: pip install ga3c[plot] (or pip install matplotlib)") from None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+    from matplotlib.ticker import FuncFormatter
+
+    frames_label = f"agent frames (steps x {frameskip})" if frameskip != 1 else "agent steps"
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(9, 7.5), constrained_layout=True)
+    summary = []
+    for label, times, scores, lengths in runs:
+        mean = rolling_mean(scores, window)
+        frames = np.cumsum(np.asarray(lengths, dtype=np.float64)) * frameskip
+        minutes = np.array([(t - times[0]).total_seconds() / 60.0 for t in times])
+        line, = top.plot(frames, mean, linewidth=1.5, label=label)
+        bottom.plot(minutes, mean, linewidth=1.5, color=line.get_color(), label=label)
+        summary.append((label, len(scores), float(frames[-1]), float(mean.max())))
+    for ax in (top, bottom):
+        if target is not None:
+            ax.axhline(target, color="gray", linestyle="--", linewidth=1, label=f"target {target:g}")
+        ax.set_ylabel(f"mean of last {window} episodes")
+        ax.grid(True, alpha=0.3)
+    top.set_xlabel(frames_label)
+    top.xaxis.set_major_formatter(FuncFormatter(_frames_text))
+    bottom.set_xlabel("wall-clock minutes since the run's first episode")
+    top.legend(loc="lower right", fontsize="small")
+    fig.suptitle(f"{title}: {len(runs)} runs", fontsize="medium")
+    folder = os.path.dirname(os.path.abspath(out))
+    try:
+        os.makedirs(folder, exist_ok=True)
+        fig.savefig(out, dpi=90)
+    except OSError as exc:
+        raise PlotError(f"cannot write '{out}': {exc.strerror}") from None
+    finally:
+        plt.close(fig)
+    return summary
+
+
 def _positive(text: str) -> int:
     try:
         value = int(text)
@@ -182,24 +230,52 @@ def _positive(text: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog=PROG, description="Plot a GA3C results file (score per episode).")
-    parser.add_argument("results", help="the results file (RESULTS_FILENAME, results.txt by default)")
-    parser.add_argument("-o", "--output", help="PNG to write (default: the results file's name with .png)")
+    parser = argparse.ArgumentParser(prog=PROG, description="Plot a GA3C results file (score per episode), or the "
+                                                             "rolling means of several side by side.")
+    parser.add_argument("results", nargs="+",
+                        help="the results file (RESULTS_FILENAME, results.txt by default); several: one figure")
+    parser.add_argument("-o", "--output", help="PNG to write (default: the results file's name with .png; "
+                                               "needed with several files)")
     parser.add_argument("--window", type=_positive, default=100, help="episodes of the rolling mean (default 100)")
     parser.add_argument("--frameskip", type=_positive, default=4,
                         help="emulator frames per agent step, for the frames axis (default 4; 1 for CartPole)")
     parser.add_argument("--title", help="title of the figure (default: the results file's name)")
+    parser.add_argument("--labels", nargs="+", help="with several files: one legend label per file (default: the "
+                                                    "files' names)")
+    parser.add_argument("--target", type=float, help="with several files: a dashed line at this score")
     args = parser.parse_args(argv)
-    out = args.output or os.path.splitext(args.results)[0] + ".png"
+    several = len(args.results) > 1
     try:
-        times, scores, lengths, skipped = read_results(args.results)
-        if skipped:
-            print(f"{PROG}: skipped {skipped} line(s) that do not parse", file=sys.stderr)
-        plot(times, scores, lengths, out, args.window, args.frameskip, args.title or os.path.basename(args.results))
+        if not several and (args.labels or args.target is not None):
+            raise PlotError("--labels and --target go with several results files; one file plots its episodes")
+        if several and not args.output:
+            raise PlotError(f"{len(args.results)} results files make one figure: name it with -o FILE.png")
+        if args.labels and len(args.labels) != len(args.results):
+            raise PlotError(f"--labels gives {len(args.labels)} label(s) for {len(args.results)} results files: "
+                            f"give one per file, in the same order")
+        out = args.output or os.path.splitext(args.results[0])[0] + ".png"
+        runs = []
+        for i, path in enumerate(args.results):
+            times, scores, lengths, skipped = read_results(path)
+            if skipped:
+                print(f"{PROG}: skipped {skipped} line(s) of '{path}' that do not parse", file=sys.stderr)
+            runs.append((args.labels[i] if args.labels else os.path.basename(path), times, scores, lengths))
+        if several:
+            summary = plot_runs(runs, out, args.window, args.frameskip, args.title or "results", args.target)
+        else:
+            _, times, scores, lengths = runs[0]
+            plot(times, scores, lengths, out, args.window, args.frameskip,
+                 args.title or os.path.basename(args.results[0]))
     except PlotError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
-    print(f"wrote {out} ({len(scores)} episode{'s' * (len(scores) != 1)})")
+    if several:
+        print(f"wrote {out} ({len(runs)} runs)")
+        for label, episodes, frames, best in summary:
+            print(f"{label}: {episodes} episodes, {_frames_text(frames)} frames, best mean of {args.window} "
+                  f"{best:.2f}")
+    else:
+        print(f"wrote {out} ({len(runs[0][2])} episode{'s' * (len(runs[0][2]) != 1)})")
     return 0
 
 

@@ -19,13 +19,13 @@ def plot(*args: str, cwd: Path) -> subprocess.CompletedProcess:
                           timeout=120)
 
 
-def results_text(episodes: int) -> str:
+def results_text(episodes: int, offset: float = 0.0) -> str:
     """Results lines of a learning run: scores rising, several episodes per second, as the training writes them."""
     start = datetime(2026, 1, 2, 3, 4, 5)
     lines = []
     for i in range(episodes):
         when = start + timedelta(seconds=i // 3)
-        score = 10 + i * 0.5 + (i % 7)
+        score = 10 + offset + i * 0.5 + (i % 7)
         lines.append(f"{when:%Y-%m-%d %H:%M:%S}, {score:g}, {20 + i}\n")
     return "".join(lines)
 
@@ -84,3 +84,43 @@ def test_plot_without_matplotlib_says_how_to_install(tmp_path):
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert run.returncode == 2
     assert "pip install ga3c[plot]" in run.stderr and "Traceback" not in run.stderr
+
+
+def naive_best_mean(scores: list[float], window: int) -> float:
+    return max(sum(scores[max(0, i + 1 - window):i + 1]) / len(scores[max(0, i + 1 - window):i + 1])
+               for i in range(len(scores)))
+
+
+def test_plot_several_runs_prints_each_runs_figures(tmp_path):
+    """Three seeds' files in one figure: each run's episodes, frames (sum of lengths x frameskip) and best rolling
+    mean, computed here from the lines written, are what the script prints."""
+    files, expected = [], []
+    for seed, n in ((1, 250), (2, 120), (3, 40)):
+        text = results_text(n, offset=-3.5 * seed)
+        path = tmp_path / f"seed{seed}.txt"
+        path.write_text(text)
+        scores = [float(line.split(",")[1]) for line in text.splitlines()]
+        frames = 4 * sum(int(line.split(",")[2]) for line in text.splitlines())
+        files.append(path)
+        expected.append((n, frames, naive_best_mean(scores, 30)))
+    out = tmp_path / "seeds.png"
+    run = plot(*files, "-o", out, "--window", 30, "--labels", "s1", "s2", "s3", "--target", 18, cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert "(3 runs)" in run.stdout
+    for label, (n, frames, best) in zip(("s1", "s2", "s3"), expected, strict=True):
+        frames_text = f"{frames / 1e3:.3g}k" if frames < 1e6 else f"{frames / 1e6:.3g}M"
+        assert f"{label}: {n} episodes, {frames_text} frames, best mean of 30 {best:.2f}" in run.stdout, run.stdout
+    assert_png(out)
+
+
+@pytest.mark.parametrize("extra, message", [
+    ((), "make one figure: name it with -o"),
+    (("-o", "x.png", "--labels", "only-one"), "gives 1 label(s) for 2 results files"),
+])
+def test_plot_several_runs_bad_arguments_exit_2(tmp_path, extra, message):
+    for name in ("a.txt", "b.txt"):
+        (tmp_path / name).write_text(results_text(5))
+    run = plot(tmp_path / "a.txt", tmp_path / "b.txt", *extra, cwd=tmp_path)
+    assert run.returncode == 2
+    assert message in run.stderr and "Traceback" not in run.stderr
+    assert not list(tmp_path.glob("*.png"))
