@@ -127,6 +127,19 @@ def _secondary_frames(ax, x, frames, label: str) -> None:
     sec.xaxis.set_major_formatter(FuncFormatter(_frames_text))
 
 
+def _save(fig, out: str) -> None:
+    """Writes the figure to `out` (its folder made if missing) and closes it."""
+    import matplotlib.pyplot as plt
+
+    try:
+        os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+        fig.savefig(out, dpi=90)
+    except OSError as exc:
+        raise PlotError(f"cannot write '{out}': {exc.strerror}") from None
+    finally:
+        plt.close(fig)
+
+
 def plot(times, scores, lengths, out: str, window: int, frameskip: int, title: str) -> None:
     try:
         import matplotlib
@@ -165,14 +178,7 @@ def plot(times, scores, lengths, out: str, window: int, frameskip: int, title: s
     span = minutes[-1]
     fig.suptitle(f"{title}: {n} episodes in {span:.1f} min, {_frames_text(frames[-1])} {frames_label.split(' (')[0]}"
                  f"; last mean {mean[-1]:.1f}, best mean {mean.max():.1f}", fontsize="medium")
-    folder = os.path.dirname(os.path.abspath(out))
-    try:
-        os.makedirs(folder, exist_ok=True)
-        fig.savefig(out, dpi=90)
-    except OSError as exc:
-        raise PlotError(f"cannot write '{out}': {exc.strerror}") from None
-    finally:
-        plt.close(fig)
+    _save(fig, out)
 
 
 def plot_runs(runs: list[tuple[str, list, list, list]], out: str, window: int, frameskip: int, title: str,
@@ -208,14 +214,7 @@ def plot_runs(runs: list[tuple[str, list, list, list]], out: str, window: int, f
     bottom.set_xlabel("wall-clock minutes since the run's first episode")
     top.legend(loc="lower right", fontsize="small")
     fig.suptitle(f"{title}: {len(runs)} runs", fontsize="medium")
-    folder = os.path.dirname(os.path.abspath(out))
-    try:
-        os.makedirs(folder, exist_ok=True)
-        fig.savefig(out, dpi=90)
-    except OSError as exc:
-        raise PlotError(f"cannot write '{out}': {exc.strerror}") from None
-    finally:
-        plt.close(fig)
+    _save(fig, out)
     return summary
 
 
