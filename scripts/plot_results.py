@@ -127,6 +127,18 @@ def _secondary_frames(ax, x, frames, label: str) -> None:
     sec.xaxis.set_major_formatter(FuncFormatter(_frames_text))
 
 
+def _pyplot():
+    """matplotlib.pyplot on the Agg backend (no display needed), or a PlotError that says how to install it."""
+    try:
+        import matplotlib
+    except ImportError:
+        raise PlotError("matplotlib is not installed: pip install ga3c[plot] (or pip install matplotlib)") from None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
 def _save(fig, out: str) -> None:
     """Writes the figure to `out` (its folder made if missing) and closes it."""
     import matplotlib.pyplot as plt
@@ -141,12 +153,7 @@ def _save(fig, out: str) -> None:
 
 
 def plot(times, scores, lengths, out: str, window: int, frameskip: int, title: str) -> None:
-    try:
-        import matplotlib
-    except ImportError:
-        raise PlotError("matplotlib is not installed: pip install ga3c[plot] (or pip install matplotlib)") from None
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = _pyplot()
     import numpy as np
 
     n = len(scores)
@@ -185,12 +192,7 @@ def plot_runs(runs: list[tuple[str, list, list, list]], out: str, window: int, f
               target: float | None) -> list[tuple[str, int, float, float]]:
     """One figure of several runs' rolling means (`runs`: (label, times, scores, lengths) each), against agent
     frames and against minutes; returns (label, episodes, frames, best rolling mean) per run."""
-    try:
-        import matplotlib
-    except ImportError:
-        raise PlotError("matplotlib is not installed: pip install ga3c[plot] (or pip install matplotlib)") from None
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = _pyplot()
     import numpy as np
     from matplotlib.ticker import FuncFormatter
 
