@@ -2,7 +2,7 @@
 report of memory, throughput and losses at the end.
 
     .venv/bin/python scripts/soak.py --minutes 30 [--kill-every 180] [--sample-every 10] [--config FILE.toml]
-                                     [--dir FOLDER] [--settle 10] [--window 10] [KEY=VALUE ...]
+                                     [--dir FOLDER] [--settle 10] [--window 10] [--probe-every 30] [KEY=VALUE ...]
     .venv/bin/python scripts/soak.py --judge FOLDER/soak.json [--settle 10] [--window 10]
 
 The Server runs in this process (as GA3C.py would run it) with `configs/cpu.toml` (Pong) unless --config says
@@ -13,7 +13,11 @@ process, the stats process and each agent, as RssAnon + RssFile from /proc/PID/s
 glibc's own count of its heaps, in use and free (free chunks the heaps keep are resident, but no leak). It also
 samples the agent steps and trained transitions per second, the trainer/predictor/agent counts, and each process's
 user + system CPU seconds (/proc/PID/stat), from which the judgement prints the cores busy and the agent steps per
-CPU-second of each window.
+CPU-second of each window. Beside the run, a machine probe (a child process) times a fixed emulator workload by its
+own CPU clock every --probe-every seconds (FOLDER/probe.jsonl): its figure moves with the machine's speed only, so
+on a machine whose speed drifts (a VM) the judgement can tell a window that got a faster machine from one that
+trained faster. It prints, per window, the probe's CPU microseconds per emulator frame; the verdict stays on the raw
+steps/s.
 
 At the end it prints the memory of each process over time, the throughput over time, and the accounting:
     transitions: produced = trained + dropped (too old) + discarded (held by a killed agent) + lost (must be 0)
@@ -21,7 +25,8 @@ At the end it prints the memory of each process over time, the throughput over t
     experience slots: every slot free exactly once at the end (none leaked by a killed agent, none given twice)
 and, from minute --settle on, the memory growth of every process and the throughput per --window minutes.
 Exit status 0 when nothing was lost and the run was steady, 1 otherwise. The samples go to FOLDER/soak.json (every
-minute, so a run cut short keeps them); `--judge FOLDER/soak.json` judges them again without running anything.
+minute, so a run cut short keeps them); `--judge FOLDER/soak.json` judges them again without running anything (with
+FOLDER/probe.jsonl when it is there).
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ import logging
 import os
 import random
 import signal
+import subprocess
 import sys
 import tempfile
 import threading
@@ -50,6 +56,7 @@ log = logging.getLogger("ga3c.soak")
 
 MAX_GROWTH = 0.05  # the most a process's memory may grow after the settling time
 MAX_SPREAD = 0.10  # the most a window's throughput may differ from the median window
+PROBE_FRAMES = 300  # emulator frames per machine-probe reading: about 25 ms of one core
 
 
 def rss_mb(pid: int) -> float | None:
@@ -91,6 +98,46 @@ def heap_mb() -> tuple[float, float] | None:
     return round(info.uordblks / 2**20, 1), round(info.fordblks / 2**20, 1)
 
 
+def probe_machine(out: Path, start: float, every: float, count: int | None = None) -> None:
+    """The machine probe: PROBE_FRAMES frames of Pong (ALE, random actions of a fixed seed) timed by this process's
+    CPU clock, a JSON line {"t": seconds since `start`, "frame_us": CPU microseconds per frame} every `every`
+    seconds, `count` lines or until its parent ends. The workload never changes and its clock counts only its own
+    CPU time, so the figure follows the machine's speed, not the run's load or counts; it costs about 0.1% of a
+    core at one reading every 30 s."""
+    import ale_py
+    from ale_py import roms
+
+    ale_py.ALEInterface.setLoggerMode(ale_py.LoggerMode.Error)
+    ale = ale_py.ALEInterface()
+    ale.setInt("random_seed", 0)
+    ale.loadROM(roms.get_rom_path("pong"))
+    actions = ale.getMinimalActionSet()
+    rng = random.Random(0)
+    parent, n = os.getppid(), 0
+    with open(out, "a") as f:
+        while count is None or n < count:
+            t0 = time.process_time()
+            for _ in range(PROBE_FRAMES):
+                ale.act(rng.choice(actions))
+                if ale.game_over():
+                    ale.reset_game()
+            frame_us = (time.process_time() - t0) / PROBE_FRAMES * 1e6
+            f.write(json.dumps({"t": round(time.time() - start, 1), "frame_us": round(frame_us, 2)}) + "\n")
+            f.flush()
+            n += 1
+            deadline = time.time() + every
+            while (count is None or n < count) and time.time() < deadline:
+                if os.getppid() != parent:  # the soak is gone (killed too): no orphan left probing
+                    return
+                time.sleep(min(1.0, max(0.0, deadline - time.time())))
+
+
+def start_probe(out: Path, start: float, every: float) -> subprocess.Popen:
+    """The machine probe in a child process of its own (an interpreter without torch), writing to `out`."""
+    return subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--probe", str(out),
+                             "--probe-start", repr(start), "--probe-every", str(every)])
+
+
 class Monitor(threading.Thread):
     def __init__(self, server, minutes: float, kill_every: float, sample_every: float, seed: int) -> None:
         super().__init__(name="soak-monitor", daemon=True)
@@ -104,6 +151,8 @@ class Monitor(threading.Thread):
         self.stop_event = threading.Event()
         self.progress_every = max(1, round(60 / sample_every))  # a progress line and soak.json about every minute
         self.json_path: Path | None = None
+        self.probe_path: Path | None = None  # where the machine probe writes; None: no probe
+        self.probe_every = 30.0
 
     def progress(self, s: dict) -> None:
         """One log line, and the samples so far written to soak.json, so that a long run that is cut off keeps them."""
@@ -156,6 +205,16 @@ class Monitor(threading.Thread):
 
     def run(self) -> None:
         start = self.server.start_time
+        probe = start_probe(self.probe_path, start, self.probe_every) if self.probe_path else None
+        try:
+            self.watch(start)
+        finally:
+            if probe is not None:
+                probe.terminate()
+                probe.wait(timeout=10)
+
+    def watch(self, start: float) -> None:
+        """Samples, kills and the stop at the end of the soak's time, until the run ends."""
         next_sample = time.time()
         next_kill = start + self.kill_every
         last = None
@@ -210,11 +269,12 @@ def by_window(later: list[dict], settle: float, window: float):
             yield int((s["t"] - settle) // window), prev, s
 
 
-def steadiness(samples: list[dict], settle: float, window: float) -> bool:
+def steadiness(samples: list[dict], settle: float, window: float, probe: list[dict] | None = None) -> bool:
     """From `settle` seconds on: the memory growth of every process alive at both ends (the main process, the stats
     process and each agent that lived through; dynamic adjustment changes the number of agents, so their sum says
     nothing), and the throughput averaged over each `window` seconds against the median window. True when every
-    growth is at most MAX_GROWTH and every window is within MAX_SPREAD of the median."""
+    growth is at most MAX_GROWTH and every window is within MAX_SPREAD of the median. The machine probe's readings,
+    when given, are printed beside the throughput; they do not change the verdict."""
     later = [s for s in samples if s["t"] >= settle]
     print(f"\n=== from minute {settle / 60:g} on ===")
     if len(later) < 2:
@@ -279,6 +339,8 @@ def steadiness(samples: list[dict], settle: float, window: float) -> bool:
           + ", ".join(held[k].most_common(1)[0][0] for k in sorted(full)))
     print(f"median {mid:.0f}: largest deviation {100 * spread:.1f}% (limit {100 * MAX_SPREAD:g}%)")
     cpu_per_window(later, settle, window, sorted(full))
+    if probe:
+        probe_per_window(probe, settle, window, sorted(full))
     return worst <= MAX_GROWTH and spread <= MAX_SPREAD
 
 
@@ -301,6 +363,28 @@ def cpu_per_window(later: list[dict], settle: float, window: float, keys: list[i
     print("cores busy per window: " + ", ".join(f"{cpu[k] / span[k]:.2f}" if span[k] else "-" for k in keys))
     print("agent steps per CPU-second per window: "
           + ", ".join(f"{steps[k] / cpu[k]:.0f}" if cpu[k] else "-" for k in keys))
+
+
+def probe_per_window(probe: list[dict], settle: float, window: float, keys: list[int]) -> None:
+    """Prints, per window, the machine probe's median CPU microseconds per emulator frame: a window whose steps/s
+    moved with it got a faster or slower machine. Not scaled into the steps/s: the emulator is only part of a
+    step's cost, and a 2-hour soak on a VM (docs/results/soak-cpu.md section 10) showed proportional scaling
+    overcorrecting."""
+    per: dict[int, list[float]] = {}
+    for r in probe:
+        if r["t"] >= settle:
+            per.setdefault(int((r["t"] - settle) // window), []).append(r["frame_us"])
+    if not any(per.get(k) for k in keys):
+        return
+    print("machine probe, CPU us per emulator frame per window (median of its readings): "
+          + ", ".join(f"{sorted(per[k])[len(per[k]) // 2]:.1f}" if per.get(k) else "-" for k in keys))
+
+
+def read_probe(path: Path) -> list[dict]:
+    """The machine probe's readings; none when the file is absent (runs from before the probe)."""
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 def report(mon: Monitor, server, free: list[int], results: Path, seconds: float, settle: float,
@@ -338,7 +422,7 @@ def report(mon: Monitor, server, free: list[int], results: Path, seconds: float,
         print(f"{s['t']:8.0f} {s.get('steps_per_s', 0):9.0f} {s.get('trained_per_s', 0):10.0f} {s['episodes']:9d} "
               f"{nt:3d}{np_:3d}{na:4d}")
 
-    steady = steadiness(samples, settle, window)
+    steady = steadiness(samples, settle, window, read_probe(mon.probe_path) if mon.probe_path else None)
 
     c = server.shared.counters
     produced = int(server.shared.agent_steps.sum())
@@ -377,11 +461,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--settle", type=float, default=10.0, help="minutes before memory and throughput are judged")
     parser.add_argument("--window", type=float, default=10.0, help="minutes per throughput window")
     parser.add_argument("--judge", metavar="SOAK_JSON", help="only judge the samples of an earlier run's soak.json")
+    parser.add_argument("--probe-every", type=float, default=30.0,
+                        help="seconds between machine-probe readings (0: no probe)")
+    parser.add_argument("--probe", metavar="PROBE_JSONL", help=argparse.SUPPRESS)  # run as the probe child
+    parser.add_argument("--probe-start", type=float, help=argparse.SUPPRESS)
     parser.add_argument("settings", nargs="*", help="KEY=VALUE overrides")
     args = parser.parse_args(argv)
+    if args.probe:
+        probe_machine(Path(args.probe), args.probe_start, args.probe_every)
+        return 0
     if args.judge:
         samples = json.loads(Path(args.judge).read_text())["samples"]
-        return 0 if steadiness(samples, args.settle * 60, args.window * 60) else 1
+        probe = read_probe(Path(args.judge).with_name("probe.jsonl"))
+        return 0 if steadiness(samples, args.settle * 60, args.window * 60, probe) else 1
     logging.basicConfig(level=logging.INFO, format="[%(asctime)s] %(message)s", datefmt="%H:%M:%S")
 
     from ga3c.errors import ConfigError
@@ -403,6 +495,8 @@ def main(argv: list[str] | None = None) -> int:
     free = watch_free_slots(server)
     mon = Monitor(server, args.minutes, args.kill_every, args.sample_every, args.seed)
     mon.json_path = folder / "soak.json"
+    if args.probe_every > 0:
+        mon.probe_path, mon.probe_every = folder / "probe.jsonl", args.probe_every
     mon.start()
     status = server.main()
     mon.stop_event.set()

@@ -140,3 +140,71 @@ def test_cpu_per_window_tells_a_faster_machine_from_a_busier_one(capsys):
     per_cpu = next(line for line in out.splitlines() if line.startswith("agent steps per CPU-second"))
     assert busy.split(": ")[1].split(", ") == ["1.70"] * 11
     assert per_cpu.split(": ")[1].split(", ") == ["1765"] * 6 + ["2241"] + ["1765"] * 4  # 3000/1.7, 3810/1.7
+
+
+def probe_readings(frame_us=lambda t: 80.0) -> list[dict]:
+    """The machine probe's lines every 30 s over MINUTES."""
+    return [{"t": float(t), "frame_us": frame_us(t)} for t in range(15, MINUTES * 60, 30)]
+
+
+def test_machine_probe_is_printed_per_window_beside_the_verdict(capsys):
+    """Minutes 70-80 run 27% faster while the machine's emulator frames took 1/1.27 of the time: the probe's median
+    per window shows the faster machine there; the verdict, on the raw steps/s, is unchanged by it."""
+    data = samples(rate=lambda t: 3000.0 * 1.27 if 4200 <= t < 4800 else 3000.0)
+    faster = probe_readings(lambda t: 80.0 / 1.27 if 4200 <= t < 4800 else 80.0)
+    assert not soak.steadiness(data, 600.0, 600.0, faster)
+    frames = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("machine probe"))
+    assert frames.split(": ")[1].split(", ") == ["80.0"] * 6 + ["63.0"] + ["80.0"] * 4
+    assert soak.steadiness(samples(), 600.0, 600.0, faster)
+
+
+def test_judge_reads_the_probe_beside_the_soak_json(tmp_path):
+    (tmp_path / "soak.json").write_text(json.dumps({"samples": samples(), "kills": []}))
+    judge_cmd = [sys.executable, str(REPO / "scripts" / "soak.py"), "--judge", str(tmp_path / "soak.json")]
+    out = subprocess.run(judge_cmd, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and "machine probe" not in out.stdout, out.stdout + out.stderr  # none: as before
+    (tmp_path / "probe.jsonl").write_text("".join(json.dumps(r) + "\n" for r in probe_readings()))
+    out = subprocess.run(judge_cmd, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "machine probe, CPU us per emulator frame per window (median of its readings): " + ", ".join(
+        ["80.0"] * 11) in out.stdout
+
+
+def test_machine_probe_times_its_own_cpu(tmp_path):
+    """Its readings add up to no more CPU than this process used around them (loading the ROM is the rest), and
+    to most of it once ale_py is imported: the probe times emulator frames by its own CPU clock, a line each."""
+    soak.probe_machine(tmp_path / "warm-up.jsonl", time.time(), every=0.0, count=1)  # ale_py's import, once
+    out = tmp_path / "probe.jsonl"
+    start = time.time()
+    cpu = time.process_time()
+    soak.probe_machine(out, start, every=0.0, count=6)
+    used = time.process_time() - cpu
+    readings = soak.read_probe(out)
+    assert len(readings) == 6
+    assert all(0 <= r["t"] <= time.time() - start + 0.1 for r in readings)
+    total = sum(r["frame_us"] for r in readings) * soak.PROBE_FRAMES / 1e6
+    assert 0.4 * used <= total <= used + 0.005, (total, used)
+
+
+def test_machine_probe_ends_with_the_soak(tmp_path):
+    """The probe child of a soak that is SIGKILLed (no clean-up runs) ends by itself within a few seconds, after
+    writing its readings."""
+    out = tmp_path / "probe.jsonl"
+    soak_like = subprocess.Popen([sys.executable, "-c", (
+        "import importlib.util, sys, time\n"
+        f"spec = importlib.util.spec_from_file_location('soak', {str(REPO / 'scripts' / 'soak.py')!r})\n"
+        "soak = importlib.util.module_from_spec(spec); spec.loader.exec_module(soak)\n"
+        f"p = soak.start_probe(soak.Path({str(out)!r}), time.time(), 0.2)\n"
+        "print(p.pid, flush=True)\n"
+        "time.sleep(600)\n")], stdout=subprocess.PIPE, text=True)
+    probe_pid = int(soak_like.stdout.readline())
+    deadline = time.time() + 60
+    while len(soak.read_probe(out)) < 2 and time.time() < deadline:
+        time.sleep(0.2)
+    assert len(soak.read_probe(out)) >= 2
+    soak_like.kill()
+    soak_like.wait(timeout=10)
+    deadline = time.time() + 10
+    while time.time() < deadline and soak.rss_mb(probe_pid) is not None:
+        time.sleep(0.2)
+    assert soak.rss_mb(probe_pid) is None, "the probe outlived its soak"
