@@ -1,13 +1,16 @@
 """Throughput benchmark: the environments alone, then a real GA3C training run, side by side in one invocation.
 
     python scripts/benchmark.py --config configs/cpu.toml [--game PongDeterministic-v4] [--seconds 60]
-                                [--warmup 15] [--env-seconds 20] [--dynamic] [--profile] [KEY=VALUE ...]
+                                [--warmup 15] [--env-seconds 20] [--env-once] [--dynamic] [--profile] [KEY=VALUE ...]
     python scripts/benchmark.py --config configs/cpu.toml NETWORK_TYPE=lstm      # the LSTM network
     python scripts/benchmark.py --config configs/cpu.toml --compare NETWORK_TYPE=lstm   # both, one after the other
 
 (1) env-only: the same number of agent processes, each stepping ENVS_PER_AGENT environments with random actions
 and the same preprocessing, no model: the ceiling. (2) a real training run (the Server, its agents, predictors
-and trainers) measured over `--seconds` after `--warmup`. Prints a table and, as its last line, one JSON object.
+and trainers) measured over `--seconds` after `--warmup`. (3) env-only again: a shared machine's speed drifts by
+10-30% within minutes, so the ratio is taken against the mean of the two env-only readings, and the ratios against
+each reading alone are printed beside it (their spread is the machine's, not the trainer's). Prints a table and,
+as its last line, one JSON object.
 With --profile it also prints where the time goes in each component. --dynamic runs with dynamic adjustment and
 reports the NT/NP/NA it settled on. --cluster ray runs the training with CLUSTER=ray (agent groups as Ray actors
 beside the agent processes; a local Ray instance unless RAY_ADDRESS is set) and reports the same JSON, the
@@ -255,9 +258,9 @@ def profile_table(a: dict, b: dict, frames_per_step: int) -> list[str]:
     return lines
 
 
-def measure_training(cfg, args, env_rate: float | None) -> dict | None:
-    """One real training run (the Server) measured over args.seconds after args.warmup: prints its table and
-    returns its figures, or None when it ended early."""
+def measure_training(cfg, args) -> dict | None:
+    """One real training run (the Server) measured over args.seconds after args.warmup: returns its figures (the
+    env-only ones still None), or None when it ended early; prints its profile with --profile."""
     from ga3c import SharedBuffers as sb
     from ga3c.Server import Server
 
@@ -281,10 +284,12 @@ def measure_training(cfg, args, env_rate: float | None) -> dict | None:
     nt, np_, na = b["counts"]
     result = {
         "game": server.game_id,
-        "env_only_steps_per_s": round(env_rate, 1) if env_rate is not None else None,
+        "env_only_steps_per_s": None,
+        "env_only_before_after": None,
         "train_steps_per_s": round(steps_rate, 1),
         "train_frames_per_s": round(steps_rate * server.frames_per_step, 1),
-        "ratio": round(steps_rate / env_rate, 3) if env_rate else None,
+        "ratio": None,
+        "ratio_range": None,
         "pps": round(c[sb.C_PREDICTIONS] / dt, 1),
         "tps": round(c[sb.C_UPDATES] / dt, 2),
         "trained_samples_per_s": round(c[sb.C_TRAINED] / dt, 1),
@@ -315,24 +320,46 @@ def measure_training(cfg, args, env_rate: float | None) -> dict | None:
         "cpus": os.cpu_count(),
         "cpu_model": cpu_model(),
     }
+    if args.profile:
+        print()
+        print("\n".join(profile_table(a, b, server.frames_per_step)))
+    return result
+
+
+def add_env_only(result: dict, before: float | None, after: float | None) -> None:
+    """Fills in the env-only figures: the ratio against the mean of the readings, and against each alone."""
+    readings = [rate for rate in (before, after) if rate is not None]
+    if not readings:
+        return
+    mean = sum(readings) / len(readings)
+    train = result["train_steps_per_s"]
+    result["env_only_steps_per_s"] = round(mean, 1)
+    result["env_only_before_after"] = [round(before, 1) if before is not None else None,
+                                       round(after, 1) if after is not None else None]
+    result["ratio"] = round(train / mean, 3)
+    result["ratio_range"] = [round(train / max(readings), 3), round(train / min(readings), 3)]
+
+
+def print_table(result: dict) -> None:
+    """The figures of one training run, as a table."""
     print()
     print(f"{'measure':<26} {'value':>12}")
     for key in ("env_only_steps_per_s", "train_steps_per_s", "train_frames_per_s", "ratio", "pps", "tps",
                 "mean_batch_predict", "mean_batch_train", "policy_lag_mean", "policy_lag_max", "peak_rss_mb_total",
                 "peak_rss_mb_per_agent", "peak_pss_mb_per_agent", "peak_private_mb_per_agent"):
         print(f"{key:<26} {result[key] if result[key] is not None else '-':>12}")
-    if cluster is not None:
-        print(f"{'agent groups (Ray)':<26} {result['groups']} x {cfg.CLUSTER_ENVS_PER_GROUP} envs, "
+    if result["env_only_before_after"] is not None:
+        before, after = (rate if rate is not None else "-" for rate in result["env_only_before_after"])
+        low, high = result["ratio_range"]
+        print(f"{'env-only before / after':<26} {before} / {after}: ratio {low} to {high} against either alone")
+    if result["cluster"] is not None:
+        print(f"{'agent groups (Ray)':<26} {result['groups']} x {result['CLUSTER_ENVS_PER_GROUP']} envs, "
               f"{result['group_steps_per_s']} of the steps/s, policy lag at delivery "
               f"{result['group_policy_lag_at_delivery_mean']}")
-    print(f"{'settings':<26} NT={nt} NP={np_} NA={na} ENVS_PER_AGENT={cfg.ENVS_PER_AGENT} "
-          f"TRAINING_MIN_BATCH_SIZE={cfg.TRAINING_MIN_BATCH_SIZE} "
-          f"PRECISION={cfg.PRECISION} ({server.network.precision}) NETWORK_TYPE={cfg.NETWORK_TYPE} "
-          f"device={server.device} cpu={result['cpu_model']}")
-    if args.profile:
-        print()
-        print("\n".join(profile_table(a, b, server.frames_per_step)))
-    return result
+    print(f"{'settings':<26} NT={result['NT']} NP={result['NP']} NA={result['NA']} "
+          f"ENVS_PER_AGENT={result['ENVS_PER_AGENT']} TRAINING_MIN_BATCH_SIZE={result['TRAINING_MIN_BATCH_SIZE']} "
+          f"PRECISION={result['PRECISION']} ({result['precision']}) NETWORK_TYPE={result['NETWORK_TYPE']} "
+          f"device={result['device']} cpu={result['cpu_model']}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -348,6 +375,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dynamic", action="store_true", help="run with dynamic adjustment")
     parser.add_argument("--profile", action="store_true", help="show where the time goes, per component")
     parser.add_argument("--skip-env-only", action="store_true", help="measure the training run only")
+    parser.add_argument("--env-once", action="store_true",
+                        help="measure env-only before the training only, not also after it")
     parser.add_argument("--cluster", choices=["ray"], help="train with CLUSTER=ray (agent groups on Ray)")
     parser.add_argument("--compare", action="append", default=[], metavar="KEY=VALUE",
                         help="a second training run with this setting too (repeatable), measured after the first "
@@ -370,21 +399,33 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
-    env_rate = None
-    if not args.skip_env_only:
-        print(f"[1/{2 + bool(args.compare)}] env-only: {cfg.AGENTS} agents x {cfg.ENVS_PER_AGENT} envs, random "
-              f"actions, {args.env_seconds:.0f} s", flush=True)
-        env_rate = env_only(cfg, cfg.AGENTS, args.env_seconds)
     runs = [cfg] + ([compare_cfg] if args.compare else [])
+    env_passes = 0 if args.skip_env_only else 1 if args.env_once else 2
+    phases = len(runs) + env_passes
+    phase = 0
+
+    def env_pass(when: str) -> float:
+        nonlocal phase
+        phase += 1
+        print(f"[{phase}/{phases}] env-only ({when}): {cfg.AGENTS} agents x {cfg.ENVS_PER_AGENT} envs, random "
+              f"actions, {args.env_seconds:.0f} s", flush=True)
+        return env_only(cfg, cfg.AGENTS, args.env_seconds)
+
+    before = env_pass("before") if env_passes else None
     results = []
     for k, run_cfg in enumerate(runs, 1):
         extra = f" with {' '.join(args.compare)}" if k == 2 else ""
-        print(f"[{k + 1}/{len(runs) + 1}] training{extra}: {args.warmup:.0f} s warm-up, then {args.seconds:.0f} s "
+        phase += 1
+        print(f"[{phase}/{phases}] training{extra}: {args.warmup:.0f} s warm-up, then {args.seconds:.0f} s "
               "measured", flush=True)
-        result = measure_training(run_cfg, args, env_rate)
+        result = measure_training(run_cfg, args)
         if result is None:
             return 1
         results.append(result)
+    after = env_pass("after") if env_passes == 2 else None
+    for result in results:
+        add_env_only(result, before, after)
+        print_table(result)
     result = results[0]
     if args.compare:
         result["compare"] = dict(results[1], settings=args.compare)

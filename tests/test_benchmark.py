@@ -1,13 +1,20 @@
-"""scripts/benchmark.py runs end to end: the env-only ceiling, a training run and a second one with --compare, and
-its last line is one JSON object with every figure (speed is measured by the script, never asserted here)."""
+"""scripts/benchmark.py runs end to end: the env-only ceiling before and after, a training run and a second one with
+--compare, and its last line is one JSON object with every figure (speed is measured by the script, never asserted
+here)."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
 
+import pytest
 from conftest import REPO
+
+spec = importlib.util.spec_from_file_location("benchmark", REPO / "scripts" / "benchmark.py")
+benchmark = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(benchmark)
 
 
 def test_benchmark_compares_two_networks_in_one_invocation(tmp_path):
@@ -22,7 +29,30 @@ def test_benchmark_compares_two_networks_in_one_invocation(tmp_path):
     assert second["settings"] == ["NETWORK_TYPE=lstm"]
     assert first["env_only_steps_per_s"] > 0 and first["train_steps_per_s"] > 0 and second["train_steps_per_s"] > 0
     assert result["compare_ratio"] == round(second["train_steps_per_s"] / first["train_steps_per_s"], 3)
-    assert first["ratio"] == round(first["train_steps_per_s"] / first["env_only_steps_per_s"], 3)
+    before, after = first["env_only_before_after"]  # measured on both sides of the two training runs
+    assert before > 0 and after > 0 and second["env_only_before_after"] == [before, after]
+    for run in (first, second):
+        mean = (before + after) / 2
+        assert run["env_only_steps_per_s"] == pytest.approx(mean, abs=0.1)
+        assert run["ratio"] == pytest.approx(run["train_steps_per_s"] / mean, abs=2e-3)
+        low, high = sorted(run["train_steps_per_s"] / rate for rate in (before, after))
+        assert run["ratio_range"] == pytest.approx([low, high], abs=2e-3)
     for run in (first, second):  # PSS splits the pages shared with other processes; private memory is part of it
         assert 0 < run["peak_private_mb_per_agent"] <= run["peak_pss_mb_per_agent"], run
         assert run["peak_rss_mb_per_agent"] > 0, run
+
+
+def test_ratio_is_against_the_mean_of_both_env_only_readings():
+    """A machine that ran the env-only pass at 4,000 steps/s before and 6,000 after: 2,000 training steps/s are
+    0.4 of the mean, 1/3 of the faster reading and 1/2 of the slower one."""
+    result = {"train_steps_per_s": 2000.0}
+    benchmark.add_env_only(result, 4000.0, 6000.0)
+    assert result["env_only_steps_per_s"] == 5000.0 and result["env_only_before_after"] == [4000.0, 6000.0]
+    assert result["ratio"] == 0.4 and result["ratio_range"] == [0.333, 0.5]
+    once = {"train_steps_per_s": 2000.0}  # --env-once: one reading, a range of one value
+    benchmark.add_env_only(once, 4000.0, None)
+    assert once["ratio"] == 0.5 and once["ratio_range"] == [0.5, 0.5]
+    assert once["env_only_before_after"] == [4000.0, None]
+    none = {"train_steps_per_s": 2000.0, "ratio": None}  # --skip-env-only: nothing to compare with
+    benchmark.add_env_only(none, None, None)
+    assert none["ratio"] is None and "env_only_steps_per_s" not in none
