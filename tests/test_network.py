@@ -678,3 +678,33 @@ def test_keep_freed_memory_caps_the_heaps_threads_spread_over(tmp_path, arenas):
     eight = len(re.findall(r'<heap nr="\d+">', (tmp_path / "eight.xml").read_text()))
     assert capped == arenas, (tmp_path / "capped.xml").read_text()[:2000]
     assert eight > arenas  # the probe does spread over more heaps when allowed to
+
+
+def test_training_flushes_denormals_in_its_thread():
+    """RMSProp's mean squares of zero-gradient weights decay into denormals, which slow every operation ~100x;
+    a training step flushes them to zero in the thread that trains (as TensorFlow's op threads do)."""
+    from ga3c.settings import parse_settings
+    tiny = torch.finfo(torch.float32).tiny
+    out = {}
+
+    def work():
+        out['unflushed'] = float(torch.tensor([1e-40]) * 0.99)  # a fresh thread starts without FTZ/DAZ
+        net = NetworkVP(parse_settings(["ATARI_GAME=CartPole-v1", "MLP_HIDDEN_SIZE=16", "PRECISION=fp32"]),
+                        (4,), 2, torch.device("cpu"))
+        states = torch.rand(8, 4)
+        states[:, 0] = 0.0  # the first layer's weights from input 0 get exactly zero gradient
+        args = (states, torch.tensor([0, 1] * 4), torch.randn(8), 1e-3, 0.01)
+        net.train(*args)
+        w = next(p for p in net.model.parameters() if tuple(p.shape) == (16, 4))
+        ms = net.optimizers[0].state[w]['ms']
+        ms.fill_(1e-40)
+        net.train(*args)
+        out['ms'] = ms.clone()
+
+    t = threading.Thread(target=work)
+    t.start()
+    t.join()
+    assert 0.0 < out['unflushed'] < tiny  # the control: without flushing, 0.99 x 1e-40 stays a denormal
+    ms = out['ms']
+    assert torch.all(ms[:, 0] == 0.0)  # zero gradient: 0.99 x denormal flushed to zero
+    assert torch.all(ms[:, 1:] >= tiny)  # the others hold their squared gradients
