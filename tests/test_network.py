@@ -688,7 +688,10 @@ def test_training_flushes_denormals_in_its_thread():
     out = {}
 
     def work():
-        out['unflushed'] = float(torch.tensor([1e-40]) * 0.99)  # a fresh thread starts without FTZ/DAZ
+        # A new thread inherits its creator's FTZ/DAZ (pthreads copy the floating-point environment), and earlier
+        # tests trained in pytest's thread: start this one unflushed, as a trainer thread of a fresh process is.
+        torch.set_flush_denormal(False)
+        out['unflushed'] = float(torch.tensor([1e-40]) * 0.99)
         net = NetworkVP(parse_settings(["ATARI_GAME=CartPole-v1", "MLP_HIDDEN_SIZE=16", "PRECISION=fp32"]),
                         (4,), 2, torch.device("cpu"))
         states = torch.rand(8, 4)
