@@ -53,14 +53,17 @@ def run_once(args: argparse.Namespace, variant: tuple[str, list[str]], seed: int
            f"CHECKPOINT_DIR={folder / 'checkpoints'}", f"LOG_DIR={folder / 'logs'}", "SAVE_MODELS=False"]
     with open(folder / "stdout.txt", "w") as out, open(folder / "stderr.txt", "w") as err:
         proc = subprocess.Popen(cmd, stdout=out, stderr=err, cwd=Path(__file__).resolve().parent.parent)
-        stopping = False
-        while proc.poll() is None:
-            time.sleep(1.0)
-            if not stopping and results.exists() and args.target is not None:
-                if first_reach(read_results(str(results)), args.window, args.target) is not None:
-                    stopping = True
-                    proc.send_signal(signal.SIGINT)
-        proc.wait()
+        try:
+            stopping = False
+            while proc.poll() is None:
+                time.sleep(1.0)
+                if not stopping and results.exists() and args.target is not None:
+                    if first_reach(read_results(str(results)), args.window, args.target) is not None:
+                        stopping = True
+                        proc.send_signal(signal.SIGINT)
+            proc.wait()
+        finally:
+            stop_run(proc)
     stderr = (folder / "stderr.txt").read_text()
     found = SUMMARY.findall(stderr)
     if proc.returncode != 0 or not found:
@@ -71,6 +74,20 @@ def run_once(args: argparse.Namespace, variant: tuple[str, list[str]], seed: int
     return dict(variant=name, seed=seed, seconds=reach[0] if reach else None, steps=reach[1] if reach else None,
                 best=best_mean(rows, args.window), lag_mean=s.get("policy_lag_mean"), lag_max=s.get("policy_lag_max"),
                 steps_per_s=s.get("steps_per_s"), episodes=len(rows))
+
+
+def stop_run(proc: subprocess.Popen, grace: float = 60.0) -> None:
+    """Stops a run still going when the driver itself is stopped (Ctrl-C, SIGTERM, an error): SIGINT, as a user's
+    Ctrl-C, so that it saves what it has; SIGKILL after `grace` seconds. A signal sent to the driver alone would
+    otherwise leave the run training on its own."""
+    if proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 def summary_values(line: str) -> dict[str, float]:
@@ -162,4 +179,5 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM stops the run in flight, as Ctrl-C does
     sys.exit(main())

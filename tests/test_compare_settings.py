@@ -1,11 +1,14 @@
 """scripts/compare_settings.py: its arithmetic on hand-built results, its variants, and real CartPole runs."""
 
+import os
+import signal
 import subprocess
 import sys
 from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
+from conftest import leftover_processes, tagged_env, tagged_processes, wait_until
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 sys.path.insert(0, str(SCRIPTS))
@@ -97,3 +100,28 @@ def test_a_variant_setting_reaches_its_run_and_max_steps_bounds_it(tmp_path):
     table = [line for line in out.stdout.splitlines() if line.startswith("|")]
     assert table[-2].startswith("| **base: median** | 0/1 reached |"), table
     assert table[-1].startswith("| **long: median** | 0/1 reached |"), table
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_to_the_driver_alone_stops_its_run(tmp_path, tag, signum):
+    """kill -INT/-TERM of the driver's pid (not its process group, as a terminal's Ctrl-C would) once a run is
+    training: the run stops as on Ctrl-C (its summary line written) and nothing of it is left behind."""
+    driver = subprocess.Popen([sys.executable, str(SCRIPTS / "compare_settings.py"), "--config",
+                               str(SCRIPTS.parent / "configs" / "cartpole.toml"), "--seeds", "1", "--target", "1e9",
+                               "--budget", "300", "--out", str(tmp_path), "--variant", "base", "DEVICE=cpu",
+                               "AGENTS=2", "PREDICTORS=1", "TRAINERS=1", "DYNAMIC_SETTINGS=False"],
+                              env=tagged_env(tag), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              start_new_session=True)
+    results = tmp_path / "base-seed1" / "results.txt"
+    try:
+        assert wait_until(lambda: results.exists() and results.stat().st_size > 0 or driver.poll() is not None,
+                          120), "no episode within 120 s"
+        assert driver.poll() is None, driver.communicate()
+        assert len(tagged_processes(tag)) >= 5, tagged_processes(tag)  # driver, run, 2 agents, stats
+        os.kill(driver.pid, signum)
+        driver.communicate(timeout=90)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+    assert leftover_processes(tag) == []
+    assert "summary:" in (tmp_path / "base-seed1" / "stderr.txt").read_text()
