@@ -21,25 +21,18 @@ def denorm(t: torch.Tensor) -> tuple[int, int]:
 
 
 def report(ns: dict) -> None:
-    total = [0, 0]
-    for k, v in ns['model'].items():
-        d, n = denorm(v)
-        total[0] += d
-        total[1] += n
-        if d:
-            print(f"param {k}: {d}/{n}")
-    print("params denormal", total)
-    total = [0, 0]
-    for opt in ns['optimizers']:
-        for i, st in opt['state'].items():
-            for name, v in st.items():
-                if torch.is_tensor(v) and v.numel() > 1:
-                    d, n = denorm(v)
-                    total[0] += d
-                    total[1] += n
-                    if d:
-                        print(f"opt state {i} {name}: {d}/{n}  min nonzero {v[v != 0].abs().min().item():.3g}")
-    print("optimizer state denormal", total)
+    params = [(f"param {k}", v) for k, v in ns['model'].items()]
+    state = [(f"opt state {i} {name}", v) for opt in ns['optimizers'] for i, st in opt['state'].items()
+             for name, v in st.items() if torch.is_tensor(v) and v.numel() > 1]
+    for title, tensors in (("params denormal", params), ("optimizer state denormal", state)):
+        total = [0, 0]
+        for label, v in tensors:
+            d, n = denorm(v)
+            total[0] += d
+            total[1] += n
+            if d:
+                print(f"{label}: {d}/{n}  min nonzero {v[v != 0].abs().min().item():.3g}")
+        print(title, total)
 
 
 def bench(net: NetworkVP, label: str, states, actions, returns, pstates) -> None:
