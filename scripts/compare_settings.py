@@ -179,5 +179,8 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
-    signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM stops the run in flight, as Ctrl-C does
+    # SIGINT and SIGTERM stop the run in flight as Ctrl-C does, also where the driver was started with SIGINT
+    # ignored (a background job of a script, nohup): Python then leaves it ignored, and so would the run
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     sys.exit(main())
