@@ -402,6 +402,7 @@ class NetworkVP:
         self.optimizers = [self._make_optimizer() for _ in range(2 if self.dual else 1)]
         self._lock = threading.Lock()
         self.version = 0
+        self._cast = (None, None)  # (the parameters' in-place versions, their bf16 copies) for predict
 
     # ------------------------------------------------------------------ helpers
     def _make_optimizer(self) -> torch.optim.Optimizer:
@@ -458,10 +459,25 @@ class NetworkVP:
             state = self._state(state, x.shape[0] if notdone is None else x.shape[0] // notdone.shape[0])
             if notdone is not None:
                 notdone = notdone.to(self.device, torch.float32, non_blocking=True)
+        params = self._params if params is None else params
         with self._autocast():
             if self.recurrent_size:
-                return self.model.forward_with(self._params if params is None else params, x, state, notdone)
-            return self.model.forward_with(self._params if params is None else params, x)
+                return self.model.forward_with(params, x, state, notdone)
+            return self.model.forward_with(params, x)
+
+    def _inference_params(self) -> list[torch.Tensor]:
+        """The parameters as the forward pass computes with them: in bf16, copies cast once per change of the
+        weights (every parameter feeds a convolution or a linear layer, which autocast would cast to bf16 on each
+        call: a third of a small prediction batch's time). Keyed by the tensors' in-place version counters, so
+        that any write (an optimizer step, a loaded checkpoint, Ray's weight sync) makes the next call recast."""
+        if not self.bf16:
+            return self._params
+        key = tuple(p._version for p in self._params)
+        cached_key, cached = self._cast
+        if cached_key != key:
+            cached = [p.detach().to(torch.bfloat16) for p in self._params]
+            self._cast = (key, cached)
+        return cached
 
     def _state(self, state, batch: int) -> tuple[torch.Tensor, torch.Tensor]:
         if state is None:
@@ -520,7 +536,7 @@ class NetworkVP:
         with torch.inference_mode():
             if states.dim() == len(self.state_shape):
                 states = states.unsqueeze(0)
-            out = self.forward(states, state=state)
+            out = self.forward(states, self._inference_params(), state=state)
             pi, _ = self._policy(out[0].float())
             if self.recurrent_size:
                 h, c = out[2]

@@ -504,6 +504,39 @@ def test_bf16_runs_and_is_close_to_fp32():
     assert n16.version == 1
 
 
+def _autocast_prediction(net, x):
+    """What predict computes, by autocast from the fp32 parameters on every call (no cached bf16 copies)."""
+    with torch.inference_mode():
+        logits, values = net.forward(x)[:2]
+        return torch.softmax(logits.float(), dim=1), values.float()
+
+
+@pytest.mark.parametrize("network", ["feedforward", "lstm"])
+def test_bf16_prediction_casts_the_weights_once_per_change_and_never_serves_stale_ones(network):
+    """predict keeps bf16 copies of the weights: its output must equal autocast's from the current fp32 weights,
+    bit for bit, after every way the weights change (a training step, a checkpoint, Ray's load_state_dict)."""
+    kw = dict(PRECISION='bf16', NETWORK_TYPE=network, LSTM_SIZE=8)
+    net, other = small_cnn(**kw), small_cnn(SEED=7, **kw)
+    x, a, r = cnn_batch(6)
+    seq = [(torch.zeros(6, 8), torch.zeros(6, 8), torch.ones(1, 6))] if network == "lstm" else None
+
+    def check():
+        pi, v = net.predict(x)[:2]
+        ref_pi, ref_v = _autocast_prediction(net, x)
+        assert torch.equal(pi, ref_pi) and torch.equal(v, ref_v)
+        return pi
+
+    first = check()
+    assert torch.equal(check(), first)  # nothing changed: the cached copies serve again
+    net.train(x, a, r, 1e-2, 0.01, sequences=seq)
+    assert not torch.equal(check(), first)
+    net.set_state(other.get_state())
+    check()
+    with torch.no_grad():
+        net.model.load_state_dict({k: v * 0.5 for k, v in other.model.state_dict().items()})
+    check()
+
+
 @pytest.mark.parametrize("native", [True, False])
 def test_auto_precision_is_bf16_only_where_native(monkeypatch, native):
     monkeypatch.setattr(network_module, "native_bf16", lambda device: native)
