@@ -56,3 +56,40 @@ def test_ratio_is_against_the_mean_of_both_env_only_readings():
     none = {"train_steps_per_s": 2000.0, "ratio": None}  # --skip-env-only: nothing to compare with
     benchmark.add_env_only(none, None, None)
     assert none["ratio"] is None and "env_only_steps_per_s" not in none
+
+
+def _bench_model(tmp_path, *args):
+    return subprocess.run([sys.executable, str(REPO / "scripts" / "bench_model.py"), *args],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize("network", ["feedforward", "lstm"])
+def test_bench_model_times_every_batch_and_its_ceiling_is_the_cpu_shares(tmp_path, network):
+    """Each batch asked for gets a time per call and per state; the ceiling is env-only CPU per step over that plus
+    one prediction and one training of a state, computed here from the script's own figures."""
+    out = _bench_model(tmp_path, "--predict", "4", "8", "--train", "10", "--repeats", "1",
+                       "--ceiling", "4000", "8", "10", "ATARI_GAME=CartPole-v1", "DEVICE=cpu",
+                       f"NETWORK_TYPE={network}", "LSTM_SIZE=16")
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["state_shape"] == [4] and result["actions"] == 2
+    assert result["network"] == ("mlp-lstm" if network == "lstm" else "mlp")
+    assert sorted(result["predict"]) == ["4", "8"] and list(result["train"]) == ["10"]
+    for kind, n in (("predict", 4), ("predict", 8), ("train", 10)):
+        row = result[kind][str(n)]
+        assert row["ms_per_call"] > 0
+        assert row["us_per_state"] == pytest.approx(row["ms_per_call"] * 1e3 / n, rel=0.02, abs=0.1)
+    c = result["ceiling"]
+    env_us = c["cores"] * 1e6 / 4000
+    model_us = result["predict"]["8"]["us_per_state"] + result["train"]["10"]["us_per_state"]
+    assert c["env_us_per_step"] == pytest.approx(env_us, abs=0.1)
+    assert c["model_us_per_step"] == pytest.approx(model_us, abs=0.1)
+    assert c["ratio"] == pytest.approx(env_us / (env_us + model_us), abs=1e-3)
+    assert "training / env-only at most" in out.stdout
+
+
+def test_bench_model_refuses_a_ceiling_on_a_batch_it_did_not_measure(tmp_path):
+    out = _bench_model(tmp_path, "--predict", "4", "--train", "10", "--ceiling", "4000", "8", "10",
+                       "ATARI_GAME=CartPole-v1", "DEVICE=cpu")
+    assert out.returncode == 2
+    assert "P among --predict" in out.stderr and "Traceback" not in out.stderr
