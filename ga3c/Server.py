@@ -40,7 +40,7 @@ from ga3c.Checkpoint import TMP_SUFFIX, check_compatible, find_checkpoint, load_
 from ga3c.Environment import probe_environment
 from ga3c.errors import ConfigError
 from ga3c.GameManager import resolve_game_id
-from ga3c.NetworkVP import NetworkVP, network_kind, release_freed_memory, resolve_device
+from ga3c.NetworkVP import NetworkVP, network_kind, release_freed_memory, resolve_device, torch_threads
 from ga3c.ProcessAgent import run_agent
 from ga3c.ProcessStats import EXIT_RESULTS_FAILED, run_stats
 from ga3c.settings import config_to_dict
@@ -160,10 +160,7 @@ class Server:
             log.info("resuming from %s (episode %d)", path, checkpoint["episode"])
 
         self.device = resolve_device(cfg.DEVICE)
-        # On a CPU, several predictor and trainer threads share the cores with the agents: one torch thread each
-        # avoids OpenMP pools spinning against each other (measured: 8-9x more steps/s than torch's default).
-        torch.set_num_threads(cfg.TORCH_THREADS if cfg.TORCH_THREADS > 0 else
-                              (1 if self.device.type == "cpu" else torch.get_num_threads()))
+        torch.set_num_threads(torch_threads(cfg, self.device))
         self.network = NetworkVP(cfg, tuple(state_shape), num_actions, self.device)
         counters = {"episodes": 0, "steps": 0, "updates": 0}
         if checkpoint is not None:

@@ -49,13 +49,14 @@ def measure(cfg, predict_batches: list[int], train_batches: list[int], repeats: 
     import torch
 
     from ga3c.Environment import Environment
-    from ga3c.NetworkVP import NetworkVP, resolve_device
+    from ga3c.NetworkVP import NetworkVP, resolve_device, torch_threads
 
-    torch.set_num_threads(int(cfg.TORCH_THREADS) or torch.get_num_threads())
+    device = resolve_device(cfg.DEVICE)
+    torch.set_num_threads(torch_threads(cfg, device))  # as the engine's predictors and trainers run
     env = Environment(cfg, seed=0)
     shape, actions = tuple(env.state_shape), env.num_actions
     env.close()
-    net = NetworkVP(cfg, shape, actions, resolve_device(cfg.DEVICE))
+    net = NetworkVP(cfg, shape, actions, device)
     gen = torch.Generator().manual_seed(0)
 
     def states(n: int) -> torch.Tensor:

@@ -744,3 +744,10 @@ def test_training_flushes_denormals_in_its_thread():
     ms = out['ms']
     assert torch.all(ms[:, 0] == 0.0)  # zero gradient: 0.99 x denormal flushed to zero
     assert torch.all(ms[:, 1:] >= tiny)  # the others hold their squared gradients
+
+
+def test_torch_threads_one_on_a_cpu_unless_set():
+    """The engine's and bench_model's torch threads: TORCH_THREADS when set, else one on a CPU, torch's own on a GPU."""
+    assert network_module.torch_threads(make_cfg(TORCH_THREADS=3), CPU) == 3
+    assert network_module.torch_threads(make_cfg(TORCH_THREADS=0), CPU) == 1
+    assert network_module.torch_threads(make_cfg(TORCH_THREADS=0), torch.device('cuda')) == torch.get_num_threads()
