@@ -4,7 +4,9 @@ name), loaded with `weights_only=True`, and checked against the run that loads t
 A checkpoint is `<CHECKPOINT_DIR>/<NETWORK_NAME>_<episode:08d>.pt`, a torch file holding a plain dict:
     format='ga3c-checkpoint', format_version=1, name, episode, counters, network, settings, meta
 `meta` holds what must match to resume or play: game, state_shape, num_actions, network ('cnn'/'mlp', with
-'-lstm' appended for NETWORK_TYPE='lstm'; see `make_meta`).
+'-lstm' appended for NETWORK_TYPE='lstm'; see `make_meta`). Image states are (H, W, frames), marked
+state_layout='HWC'; checkpoints made before that mark held (frames, H, W) states, and load as the same shape (the
+weights do not depend on the order the states are stored in).
 """
 
 from __future__ import annotations
@@ -28,8 +30,22 @@ COMPAT_KEYS = ('game', 'state_shape', 'num_actions', 'network')
 
 def make_meta(game: str, state_shape, num_actions: int, network: str) -> dict:
     """The `meta` dict that save_checkpoint stores and check_compatible compares."""
-    return dict(game=str(game), state_shape=[int(s) for s in state_shape], num_actions=int(num_actions),
+    meta = dict(game=str(game), state_shape=[int(s) for s in state_shape], num_actions=int(num_actions),
                 network=str(network))
+    if len(meta['state_shape']) == 3:
+        meta['state_layout'] = 'HWC'
+    return meta
+
+
+def _stored_state_shape(stored: dict) -> tuple | None:
+    """The stored state shape as (H, W, frames) for images, whichever layout the checkpoint was made with."""
+    shape = stored.get('state_shape')
+    if shape is None:
+        return None
+    shape = tuple(int(s) for s in shape)
+    if len(shape) == 3 and 'state_layout' not in stored:  # made before image states were stored channels last
+        shape = shape[1:] + shape[:1]
+    return shape
 
 
 def _plain(obj):
@@ -173,7 +189,7 @@ def check_compatible(ckpt: dict, meta: dict) -> None:
         want, got = meta.get(key), stored.get(key)
         if key == 'state_shape':
             want = tuple(int(s) for s in want) if want is not None else None
-            got = tuple(int(s) for s in got) if got is not None else None
+            got = _stored_state_shape(stored)
         if want != got:
             diffs.append(f"{key} {got!r} (this run: {want!r})")
             if key == 'network' and str(got).endswith('-lstm') != str(want).endswith('-lstm'):

@@ -36,7 +36,7 @@ import traceback
 import torch
 
 from ga3c import SharedBuffers as sb
-from ga3c.Checkpoint import TMP_SUFFIX, check_compatible, find_checkpoint, load_checkpoint, save_checkpoint
+from ga3c.Checkpoint import TMP_SUFFIX, check_compatible, find_checkpoint, load_checkpoint, make_meta, save_checkpoint
 from ga3c.Environment import probe_environment
 from ga3c.errors import ConfigError
 from ga3c.GameManager import resolve_game_id
@@ -147,8 +147,7 @@ class Server:
             check_writable(cfg.LOG_DIR, "LOG_DIR")
         check_writable(os.path.dirname(os.path.abspath(cfg.RESULTS_FILENAME)), "RESULTS_FILENAME's folder")
         state_shape, state_dtype, num_actions, is_atari = probe_environment(cfg)
-        self.meta = {"game": self.game_id, "state_shape": list(state_shape), "num_actions": int(num_actions),
-                     "network": network_kind(cfg, state_shape)}
+        self.meta = make_meta(self.game_id, state_shape, num_actions, network_kind(cfg, state_shape))
         self.frames_per_step = cfg.FRAMESKIP if is_atari else 1
         self.ctx = mp.get_context("spawn")
 

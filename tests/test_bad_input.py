@@ -40,7 +40,7 @@ def make_checkpoints(root: Path) -> dict[str, Path]:
     (folders["truncated"] / "network_00000003.pt").write_bytes(data[: len(data) // 2])
     (folders["text"] / "network_00000003.pt").write_text("these are not the weights you are looking for\n")
     save_checkpoint(str(folders["pong"]), "network", 3, net.get_state(), counters, config_to_dict(cfg),
-                    make_meta("ALE/Pong-v5", [4, 84, 84], 6, "cnn"))
+                    make_meta("ALE/Pong-v5", [84, 84, 4], 6, "cnn"))
     return folders
 
 

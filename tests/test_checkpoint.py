@@ -12,7 +12,7 @@ from ga3c.Config import Config
 from ga3c.errors import CheckpointError
 from ga3c.NetworkVP import NetworkVP
 
-SHAPE, ACTIONS = (2, 20, 20), 4
+SHAPE, ACTIONS = (20, 20, 2), 4
 
 
 def make_net(seed=0, **kw):
@@ -150,12 +150,29 @@ def test_check_compatible_names_the_difference(tmp_path):
     assert 'num_actions 4 (this run: 6)' in msg and 'state_shape' not in msg and 'network' in msg
 
 
+def test_a_checkpoint_of_frames_first_states_still_loads(tmp_path):
+    """Checkpoints made before image states were stored (H, W, frames) hold (frames, H, W) and no state_layout:
+    the weights do not depend on that order, so such a checkpoint fits a run of the same images; another shape,
+    or the same numbers marked as (H, W, frames), does not."""
+    run = make_meta('PongDeterministic-v0', (20, 24, 2), ACTIONS, 'cnn')
+    old = {k: v for k, v in run.items() if k != 'state_layout'} | {'state_shape': [2, 20, 24]}
+    ckpt = load_checkpoint(save_checkpoint(str(tmp_path), 'network', 1, {'kind': 'cnn', 'model': {}}, {}, {}, old))
+    assert 'state_layout' not in ckpt['meta']
+    check_compatible(ckpt, run)
+    with pytest.raises(CheckpointError, match=r'state_shape \(20, 24, 2\) \(this run: \(24, 20, 2\)\)'):
+        check_compatible(ckpt, make_meta('PongDeterministic-v0', (24, 20, 2), ACTIONS, 'cnn'))
+    marked = dict(run, state_shape=[2, 20, 24])
+    ckpt = load_checkpoint(save_checkpoint(str(tmp_path), 'network', 2, {'kind': 'cnn', 'model': {}}, {}, {}, marked))
+    with pytest.raises(CheckpointError, match='state_shape'):
+        check_compatible(ckpt, run)
+
+
 def test_set_state_refuses_another_network():
     a = make_net()
     mlp_cfg = Config()
     mlp = NetworkVP(mlp_cfg, (4,), ACTIONS, torch.device('cpu'))
     with pytest.raises(CheckpointError, match="'cnn' network"):
         mlp.set_state(a.get_state())
-    other = NetworkVP(Config(), (2, 40, 40), ACTIONS, torch.device('cpu'))
+    other = NetworkVP(Config(), (40, 40, 2), ACTIONS, torch.device('cpu'))
     with pytest.raises(CheckpointError, match='does not fit'):
         other.set_state(a.get_state())

@@ -33,8 +33,13 @@ def linear(frame, h=84, w=84):
     return cv2.resize(frame, (w, h), interpolation=cv2.INTER_LINEAR)
 
 
+def original_state(queue):
+    """The original's state from its frame queue: `np.transpose(np.array(queue), [1, 2, 0])`, (H, W, frames)."""
+    return np.transpose(np.array(queue), [1, 2, 0])
+
+
 # ------------------------------------------------------------------------------------------------ episode start
-@pytest.mark.parametrize('stacked', [4, 2, 1])
+@pytest.mark.parametrize('stacked', [4, 3, 2, 1])  # 3: the stack that is not one integer a pixel
 def test_noop_start_is_the_originals_frame_queue(stacked):
     # The original: reset pushes the reset frame into a queue of STACKED_FRAMES; its state is None until a step
     # (so at least one), and each step(0) pushes one frame; the first state is the full queue, oldest first.
@@ -53,7 +58,7 @@ def test_noop_start_is_the_originals_frame_queue(stacked):
                 break
         assert noops == max(1, stacked - 1)
         state = env.reset()
-        np.testing.assert_array_equal(state, np.array(queue))
+        np.testing.assert_array_equal(state, original_state(queue))
         # the emulator is where the original's agent took its first decision: 4 frames per no-op
         ale = env.game.env.unwrapped.ale
         assert ale.getEpisodeFrameNumber() == 4 * noops == raw.unwrapped.ale.getEpisodeFrameNumber()
@@ -62,7 +67,7 @@ def test_noop_start_is_the_originals_frame_queue(stacked):
             state, reward, terminated, truncated = env.step(int(a))
             obs, raw_reward, raw_term, raw_trunc, _ = raw.step(int(a))
             queue = (queue + [linear(obs)])[-stacked:]
-            np.testing.assert_array_equal(state, np.array(queue))
+            np.testing.assert_array_equal(state, original_state(queue))
             assert (reward, terminated, truncated) == (raw_reward, raw_term, raw_trunc)
         # a second episode starts the same way, and its no-op rewards are not in the episode's score
         state = env.reset()
@@ -77,7 +82,7 @@ def test_repeat_start_is_the_reset_frame_without_a_step():
     raw, obs = raw_pong(21)
     try:
         state = env.reset()
-        np.testing.assert_array_equal(state, np.array([linear(obs)] * 4))
+        np.testing.assert_array_equal(state, original_state([linear(obs)] * 4))
         assert env.game.env.unwrapped.ale.getEpisodeFrameNumber() == 0
     finally:
         env.close()
@@ -123,7 +128,7 @@ def test_rescale_and_pillow_are_the_originals_imresize(h, w):
     raw, first = raw_pong(seed, 'rgb')
     try:
         expected = original_frames(raw, first, actions, h, w)
-        got = [env.reset()[-1].copy()] + [env.step(int(a))[0][-1].copy() for a in actions]
+        got = [env.reset()[..., -1].copy()] + [env.step(int(a))[0][..., -1].copy() for a in actions]
     finally:
         env.close()
         raw.close()
@@ -148,7 +153,7 @@ def test_rescale_alone_is_exact_before_an_opencv_resize():
             if a is not None:
                 obs = raw.step(int(a))[0]
             gray = np.dot(obs.astype(np.float64), [0.299, 0.587, 0.114])
-            np.testing.assert_array_equal(state[-1], linear(stretch(gray)), err_msg=f'frame {i}')
+            np.testing.assert_array_equal(state[..., -1], linear(stretch(gray)), err_msg=f'frame {i}')
     finally:
         env.close()
         raw.close()

@@ -98,7 +98,7 @@ def pong():
 
 def test_atari_state_shape_dtype_and_properties(pong):
     state = pong.reset()
-    assert state.shape == (4, 84, 84) == pong.state_shape
+    assert state.shape == (84, 84, 4) == pong.state_shape  # the original's (H, W, frames)
     assert state.dtype == np.uint8 == pong.state_dtype
     assert pong.num_actions == 6 and pong.is_atari
     assert pong.fps == 15.0
@@ -108,7 +108,7 @@ def test_atari_state_shape_dtype_and_properties(pong):
 def test_reset_fills_the_stack_with_the_first_frame(pong):
     state = pong.reset()
     for i in range(1, 4):
-        np.testing.assert_array_equal(state[i], state[0])
+        np.testing.assert_array_equal(state[..., i], state[..., 0])
 
 
 def test_newest_frame_is_last(pong):
@@ -118,8 +118,8 @@ def test_newest_frame_is_last(pong):
     changed = 0
     for _ in range(20):
         state = pong.step(int(rng.integers(pong.num_actions)))[0]
-        np.testing.assert_array_equal(state[:-1], prev[1:])
-        changed += not np.array_equal(state[-1], prev[-1])
+        np.testing.assert_array_equal(state[..., :-1], prev[..., 1:])
+        changed += not np.array_equal(state[..., -1], prev[..., -1])
         prev = state.copy()
     assert changed > 0
 
@@ -153,12 +153,12 @@ def test_resize_matches_cv2_and_is_not_contrast_stretched(interp, flag, width, h
         obs = raw.reset()
         assert obs.shape == (210, 160) and obs.dtype == np.uint8
         state = env.reset()
-        assert state.shape == (4, height, width)
-        np.testing.assert_array_equal(state[-1], cv2.resize(obs, (width, height), interpolation=flag))
+        assert state.shape == (height, width, 4)
+        np.testing.assert_array_equal(state[..., -1], cv2.resize(obs, (width, height), interpolation=flag))
         for a in actions:
             obs = raw.step(int(a))[0]
             state = env.step(int(a))[0]
-            np.testing.assert_array_equal(state[-1], cv2.resize(obs, (width, height), interpolation=flag))
+            np.testing.assert_array_equal(state[..., -1], cv2.resize(obs, (width, height), interpolation=flag))
         # Pong's gray levels do not span 0..255: a stretched frame would.
         assert state.min() > 0 and state.max() < 255
     finally:
@@ -243,11 +243,11 @@ def test_pong_reward_is_raw_and_episode_ends():
 
 # ------------------------------------------------------------------------------------------------------- probe
 def test_probe_environment():
-    assert probe_environment(make_cfg()) == ((4, 84, 84), np.dtype(np.uint8), 6, True)
+    assert probe_environment(make_cfg()) == ((84, 84, 4), np.dtype(np.uint8), 6, True)
     assert probe_environment(make_cfg(ATARI_GAME='CartPole-v1', STACKED_FRAMES=4)) == \
         ((4,), np.dtype(np.float32), 2, False)
     assert probe_environment(make_cfg(ATARI_GAME='BreakoutDeterministic-v4', STACKED_FRAMES=2, IMAGE_WIDTH=64,
-                                      IMAGE_HEIGHT=48)) == ((2, 48, 64), np.dtype(np.uint8), 4, True)
+                                      IMAGE_HEIGHT=48)) == ((48, 64, 2), np.dtype(np.uint8), 4, True)
 
 
 def test_agent_side_modules_do_not_import_torch():

@@ -94,16 +94,16 @@ def test_unrolled_sequence_equals_step_by_step(precision, shape):
 
 def test_lstm_network_shape_and_kind():
     cfg = parse_settings(["ATARI_GAME=CartPole-v1", "NETWORK_TYPE=lstm"])
-    net = NetworkVP(cfg, (4, 84, 84), 6, CPU)
+    net = NetworkVP(cfg, (84, 84, 4), 6, CPU)
     conv = 8 * 8 * 4 * 16 + 16 + 4 * 4 * 16 * 32 + 32
     dense = 11 * 11 * 32 * 256 + 256
     lstm = 4 * 256 * (256 + 256) + 4 * 256
     heads = 256 * 6 + 6 + 256 + 1
     assert net.num_parameters() == conv + dense + lstm + heads
-    assert net.kind == network_kind(cfg, (4, 84, 84)) == "cnn-lstm"
+    assert net.kind == network_kind(cfg, (84, 84, 4)) == "cnn-lstm"
     forget = net.model.lstm.bias.detach()[256:512]
     assert torch.equal(forget, torch.ones(256)) and float(net.model.lstm.bias.detach()[:256].abs().max()) == 0.0
-    p, v, (h, c) = net.predict(torch.zeros(2, 4, 84, 84, dtype=torch.uint8))  # no state: zeros
+    p, v, (h, c) = net.predict(torch.zeros(2, 84, 84, 4, dtype=torch.uint8))  # no state: zeros
     assert p.shape == (2, 6) and v.shape == (2,) and h.shape == c.shape == (2, 256)
 
 

@@ -34,7 +34,7 @@ def mlp(**kw):
 
 
 def small_cnn(**kw):
-    return NetworkVP(make_cfg(**kw), (2, 20, 20), 4, CPU)
+    return NetworkVP(make_cfg(**kw), (20, 24, 2), 4, CPU)  # (H, W, frames), not square: a swapped axis shows
 
 
 def mlp_batch(b=6, seed=1):
@@ -44,7 +44,7 @@ def mlp_batch(b=6, seed=1):
 
 def cnn_batch(b=5, seed=1):
     g = torch.Generator().manual_seed(seed)
-    return (torch.randint(0, 256, (b, 2, 20, 20), generator=g, dtype=torch.uint8),
+    return (torch.randint(0, 256, (b, 20, 24, 2), generator=g, dtype=torch.uint8),
             torch.randint(0, 4, (b,), generator=g), torch.randn(b, generator=g))
 
 
@@ -444,7 +444,7 @@ def test_adam_refuses_dual_rmsprop():
 
 # ---------------------------------------------------------------- shapes, scaling, precision
 def test_pong_network_parameter_count():
-    net = NetworkVP(make_cfg(), (4, 84, 84), 6, CPU)
+    net = NetworkVP(make_cfg(), (84, 84, 4), 6, CPU)
     # TF 'SAME' padding: 84 -> ceil(84/4) = 21 -> ceil(21/2) = 11
     conv1 = 8 * 8 * 4 * 16 + 16
     conv2 = 4 * 4 * 16 * 32 + 32
@@ -452,9 +452,53 @@ def test_pong_network_parameter_count():
     heads = 256 * 6 + 6 + 256 * 1 + 1
     assert net.num_parameters() == conv1 + conv2 + dense + heads == 1_005_623
     assert net.kind == 'cnn'
-    assert net.model.conv2.weight.is_contiguous(memory_format=torch.channels_last)  # conv1 stays NCHW (faster)
-    probs, values = net.predict(torch.zeros(2, 4, 84, 84, dtype=torch.uint8))
+    assert net.model.conv2.weight.is_contiguous(memory_format=torch.channels_last)
+    probs, values = net.predict(torch.zeros(2, 84, 84, 4, dtype=torch.uint8))
     assert probs.shape == (2, 6) and values.shape == (2,)
+
+
+def tf_same_conv(x, w, b, stride):
+    """TensorFlow's conv2d(padding='SAME') on NHWC x, written out: out = ceil(in / stride), the padding split with
+    the odd pixel at the bottom/right; w in torch's (out, in, kh, kw)."""
+    n, h, wd, _ = x.shape
+    _, _, kh, kw = w.shape
+    oh, ow = -(-h // stride), -(-wd // stride)
+    ph, pw = max((oh - 1) * stride + kh - h, 0), max((ow - 1) * stride + kw - wd, 0)
+    xp = np.pad(x, ((0, 0), (ph // 2, ph - ph // 2), (pw // 2, pw - pw // 2), (0, 0)))
+    hwio = w.transpose(0, 2, 3, 1)
+    out = np.empty((n, oh, ow, w.shape[0]))
+    for i in range(oh):
+        for j in range(ow):
+            patch = xp[:, i * stride:i * stride + kh, j * stride:j * stride + kw, :]
+            out[:, i, j, :] = np.einsum('nhwc,ohwc->no', patch, hwio)
+    return out + b
+
+
+def test_cnn_is_the_originals_graph_on_frames_last_states():
+    """The original's TensorFlow network on (B, H, W, frames) states, in numpy: x / 128 - 1, conv 16 8x8 stride 4
+    SAME, ReLU, conv 32 4x4 stride 2 SAME, ReLU, flattened in NHWC order, dense 256, ReLU, the two heads. H != W,
+    so a swapped axis or a flattening in another order shows."""
+    net = small_cnn()
+    x, _, _ = cnn_batch(3)
+    c1w, c1b, c2w, c2b, fw, fb, pw, pb, vw, vb = (p.detach().double().numpy() for p in net._params)
+    h = np.maximum(tf_same_conv(x.double().numpy() / 128.0 - 1.0, c1w, c1b, 4), 0)
+    h = np.maximum(tf_same_conv(h, c2w, c2b, 2), 0)
+    h = np.maximum(h.reshape(len(h), -1) @ fw.T + fb, 0)
+    logits, values = net.forward(x)
+    np.testing.assert_allclose(logits.detach().numpy(), h @ pw.T + pb, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(values.detach().numpy(), (h @ vw.T + vb)[:, 0], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize('precision', ['fp32', 'bf16'])
+def test_uint8_states_are_scaled_exactly_as_x_over_128_minus_1(precision):
+    """uint8 states take a shortcut ((x - 128) as int8, conv1's weights / 128); it must give the network's output
+    bit for bit as the states scaled to x / 128 - 1 in float32 do, in fp32 and in bf16."""
+    net = small_cnn(PRECISION=precision)
+    x, _, _ = cnn_batch(7)
+    with torch.no_grad():
+        got = net.forward(x)
+        want = net.forward(x.float() / 128.0 - 1.0)
+    assert all(torch.equal(g, w) for g, w in zip(got, want, strict=True))
 
 
 def test_predict_shapes_and_probabilities():

@@ -178,6 +178,6 @@ def test_float_box_with_two_dims_is_a_vector_and_byte_box_an_image():
         env.close()
     env = Environment(env_cfg('ga3c-test-ByteBox-v0'), seed=0)
     try:
-        assert env.is_atari and env.state_shape == (4, 84, 84) and env.state_dtype == np.uint8
+        assert env.is_atari and env.state_shape == (84, 84, 4) and env.state_dtype == np.uint8
     finally:
         env.close()
