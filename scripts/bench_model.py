@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchmark import cpu_model  # noqa: E402 - the scripts' folder goes on the path first
+from benchmark import code_version, cpu_model  # noqa: E402 - the scripts' folder goes on the path first
 
 
 def _time_calls(fn, calls: int, repeats: int) -> float:
@@ -122,8 +122,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     result = measure(cfg, args.predict, args.train, args.repeats)
     result["cpu_model"] = cpu_model()
+    result["code"] = code_version()
     print(f"{cfg.ATARI_GAME}: {result['network']} network, {result['precision']}, "
           f"{result['torch_threads']} torch thread(s), {result['cpu_model']}")
+    print(f"code: {result['code']}")
     print(f"{'call':<8}{'batch':>7}{'ms/call':>10}{'us/state':>10}")
     for kind in ("predict", "train"):
         for n, row in result[kind].items():

@@ -131,6 +131,27 @@ def cpu_model() -> str:
     return f"{name} ({'native' if native_bf16(torch.device('cpu')) else 'no native'} bf16)"
 
 
+def code_version() -> str:
+    """Which ga3c ran: the folder its package was imported from and that checkout's commit. An editable install
+    serves one checkout to every script that does not put another first on PYTHONPATH, so a side-by-side of two
+    commits must name the code each side ran."""
+    import subprocess
+
+    import ga3c
+
+    folder = os.path.dirname(os.path.dirname(os.path.realpath(ga3c.__file__)))
+    try:
+        commit = subprocess.run(["git", "-C", folder, "rev-parse", "--short", "HEAD"], capture_output=True,
+                                text=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "-C", folder, "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        commit, dirty = "", ""
+    if not commit:
+        return folder
+    return f"{folder} (commit {commit}{', with uncommitted changes' if dirty else ''})"
+
+
 def cpu_seconds(path: str) -> float:
     """utime + stime of a process or thread from its /proc stat file."""
     try:
@@ -319,6 +340,7 @@ def measure_training(cfg, args) -> dict | None:
         "device": str(server.device),
         "cpus": os.cpu_count(),
         "cpu_model": cpu_model(),
+        "code": code_version(),
     }
     if args.profile:
         print()
@@ -360,6 +382,7 @@ def print_table(result: dict) -> None:
           f"ENVS_PER_AGENT={result['ENVS_PER_AGENT']} TRAINING_MIN_BATCH_SIZE={result['TRAINING_MIN_BATCH_SIZE']} "
           f"PRECISION={result['PRECISION']} ({result['precision']}) NETWORK_TYPE={result['NETWORK_TYPE']} "
           f"device={result['device']} cpu={result['cpu_model']}")
+    print(f"{'code':<26} {result['code']}")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -87,6 +87,23 @@ def test_bench_model_times_every_batch_and_its_ceiling_is_the_cpu_shares(tmp_pat
     assert c["model_us_per_step"] == pytest.approx(model_us, abs=0.1)
     assert c["ratio"] == pytest.approx(env_us / (env_us + model_us), abs=1e-3)
     assert "training / env-only at most" in out.stdout
+    assert result["code"].startswith(str(REPO)) and f"code: {result['code']}" in out.stdout
+
+
+def test_bench_model_names_the_code_it_ran(tmp_path):
+    """A copy of the package first on PYTHONPATH is what runs (as when two commits are compared side by side), and
+    the figures say so, not the checkout the editable install points at."""
+    import os
+    import shutil
+
+    other = tmp_path / "other"
+    shutil.copytree(REPO / "ga3c", other / "ga3c", ignore=shutil.ignore_patterns("__pycache__"))
+    env = dict(os.environ, PYTHONPATH=str(other))
+    out = subprocess.run([sys.executable, str(REPO / "scripts" / "bench_model.py"), "--predict", "4", "--train", "4",
+                          "--repeats", "1", "ATARI_GAME=CartPole-v1", "DEVICE=cpu"],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert json.loads(out.stdout.strip().splitlines()[-1])["code"] == str(other.resolve())  # not a checkout: no commit
 
 
 def test_bench_model_refuses_a_ceiling_on_a_batch_it_did_not_measure(tmp_path):
