@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Issue 12 target 5: ga3c's benchmark with configs/cpu.toml, then Stable-Baselines3 A2C (GA3C-sized network,
 # 16 environments, both vector-env kinds) back to back on the same machine, nothing else on the cores.
-# Usage: drive.sh SB3_VENV PEERS_DIR   (SB3_VENV made as ../shared/peers/README.md says)
+# Usage: drive.sh SB3_VENV PEERS_DIR [OUT]   (SB3_VENV made as ../shared/peers/README.md says; OUT: the folder for
+# the results, this script's own folder by default)
 set -u
 SB3=$1; PEERS=$2
-OUT=$(cd "$(dirname "$0")" && pwd)
+OUT=$(cd "${3:-$(dirname "$0")}" && pwd)
 cd "$(git -C "$OUT" rev-parse --show-toplevel)"
 lscpu > "$OUT/lscpu.txt"; git rev-parse HEAD > "$OUT/commit.txt"
 .venv/bin/python scripts/benchmark.py --config configs/cpu.toml --seconds 60 --warmup 15 > "$OUT/ga3c.txt" 2>&1
