@@ -253,7 +253,7 @@ def test_dynamic_adjustment_changes_counts(tmp_path, tag, network):
     state and predictors that join gather the states the others wrote."""
     rc, out, err = run_ga3c([*ORIGINAL, "ATARI_GAME=CartPole-v1", "DEVICE=cpu", "DYNAMIC_SETTINGS=True",
                              f"NETWORK_TYPE={network}",
-                             "DYNAMIC_SETTINGS_INITIAL_WAIT=1", "DYNAMIC_SETTINGS_STEP_WAIT=1", "MAX_SECONDS=15",
+                             "DYNAMIC_SETTINGS_INITIAL_WAIT=1", "DYNAMIC_SETTINGS_STEP_WAIT=1", "MAX_SECONDS=11",
                              "PRINT_STATS_FREQUENCY=5", "AGENTS=2", "TRAINERS=1", "PREDICTORS=1", "MAX_AGENTS=5",
                              "MAX_TRAINERS=3", "MAX_PREDICTORS=3", "EPISODES=1000000", "SAVE_MODELS=False"],
                             tmp_path, timeout=150, env=tagged_env(tag))
