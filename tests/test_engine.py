@@ -263,7 +263,9 @@ def test_dynamic_adjustment_changes_counts(tmp_path, tag, network):
     assert len(lines) >= 5, f"too few stats lines:\n{tail(out)}"
     triples = [(int(m["nt"]), int(m["np"]), int(m["na"])) for m in lines]
     assert len(set(triples)) > 1, f"the dynamic adjustment never changed the counts: {sorted(set(triples))}"
-    assert all(1 <= nt <= 3 and 1 <= np_ <= 3 and 1 <= na <= 5 for nt, np_, na in triples), set(triples)
+    while triples and triples[-1][2] == 0:  # lines of episodes that ended while the run stopped its agents
+        triples.pop()
+    assert all(1 <= nt <= 3 and 1 <= np_ <= 3 and 1 <= na <= 5 for nt, np_, na in triples), triples
     assert all(int(m["tps"]) > 0 for m in lines[-3:]), [m.group(0) for m in lines[-3:]]
     episodes = [int(m["episode"]) for m in lines]
     assert episodes == sorted(episodes) and episodes[-1] > episodes[0]
