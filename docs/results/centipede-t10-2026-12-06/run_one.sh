@@ -6,10 +6,5 @@ set -u
 cd "$(git rev-parse --show-toplevel)"
 name=$1 seed=$2; shift 2
 until grep -q "all done" runs/centipede-t10/progress.txt 2>/dev/null; do sleep 10; done
-d=runs/centipede-t10/$name
-mkdir -p $d
-echo "=== $name start $(date -u +%FT%TZ)" >> runs/centipede-t10/progress.txt
-./_train.sh --config configs/cpu.toml ATARI_GAME=CentipedeDeterministic-v4 MAX_SECONDS=1800 SEED=$seed "$@" \
-    STAT_ROLLING_MEAN_WINDOW=100 PRINT_STATS_FREQUENCY=50 SAVE_MODELS=false \
-    RESULTS_FILENAME=$d/results.txt LOG_DIR=$d/logs > $d/train.log 2>&1
-echo "=== $name end rc=$? $(date -u +%FT%TZ)" >> runs/centipede-t10/progress.txt
+source docs/results/centipede-t10-2026-12-06/run.sh
+run "$name" "$seed" "$@"
