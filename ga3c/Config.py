@@ -166,6 +166,11 @@ class Config:
     OPTIMIZER = 'rmsprop_tf'
     # (new) Adam's epsilon with OPTIMIZER='adam' (CleanRL's PPO uses 1e-5; torch's default is 1e-8)
     ADAM_EPSILON = 1e-5
+    # (new) 'original' (every weight and bias uniform in +-1/sqrt(fan_in), the original's) or 'orthogonal'
+    # (orthogonal weights, zero biases: gain sqrt(2) in the body, 0.01 on the policy head, so that the first
+    # policy is uniform, and 1 on the value head; the LSTM's weights gain 1; as OpenAI baselines, Stable-Baselines3
+    # and CleanRL initialise)
+    WEIGHT_INIT = 'original'
     # (new) Clip range of PPO's surrogate objective (Schulman et al. 2017), its ratio taken against the policy that
     # acted, as Sample Factory's asynchronous PPO: -sum(min(r * A, clip(r, 1 - c, 1 + c) * A)), r = pi(a) / mu(a);
     # it bounds how far one batch moves the policy, also from stale experience. 0 = off: the original's

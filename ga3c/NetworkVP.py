@@ -2,12 +2,13 @@
 
 Image states (uint8, C x H x W): the original's network, conv 16 8x8/4 -> conv 32 4x4/2 -> dense 256 -> policy
 logits and value, with TensorFlow's 'SAME' padding (which is what makes it ~1.0M parameters for Pong) and its
-initialisation (every weight and bias uniform in +-1/sqrt(fan_in)). Vector states (float32, D): an MLP with two
-tanh layers of MLP_HIDDEN_SIZE (tanh, as the classic on-policy baselines use for CartPole-like tasks: bounded,
-smooth features that do not die on unnormalised inputs) -> the same heads. With NETWORK_TYPE='lstm' (A3C-LSTM) an
-LSTM of LSTM_SIZE sits between the features and the heads; predict() runs one step from the given state (h, c)
-and returns the next one, forward() unrolls a time-major block from a state with not-done masks, and train()
-unrolls the blocks it is given (truncated back-propagation through each).
+initialisation (every weight and bias uniform in +-1/sqrt(fan_in); WEIGHT_INIT='orthogonal' for the later
+baselines'). Vector states (float32, D): an MLP with two tanh layers of MLP_HIDDEN_SIZE (tanh, as the classic
+on-policy baselines use for CartPole-like tasks: bounded, smooth features that do not die on unnormalised inputs)
+-> the same heads. With NETWORK_TYPE='lstm' (A3C-LSTM) an LSTM of LSTM_SIZE sits between the features and the
+heads; predict() runs one step from the given state (h, c) and returns the next one, forward() unrolls a time-major
+block from a state with not-done masks, and train() unrolls the blocks it is given (truncated back-propagation
+through each).
 
 Losses are the original's, SUMS over the batch:
     value   0.5 * sum((R - V)^2)
@@ -333,6 +334,35 @@ class _LSTM(nn.Module):
         self.bias[self.size:2 * self.size] = 1.0
 
 
+def _initialise(model: nn.Module, scheme: str, seed: int) -> None:
+    """Initialises the weights in place, seeded from `seed` without touching torch's global generator.
+
+    'original': every weight and bias uniform in +-1/sqrt(fan_in) (the LSTM: `_LSTM.init_`). 'orthogonal': the
+    initialisation of OpenAI baselines (`ortho_init`), Stable-Baselines3 and CleanRL (`layer_init`): orthogonal
+    weights (a layer's weight read as out x fan_in), zero biases, gain sqrt(2) in the body, 0.01 on the policy
+    head (the first policy is uniform to within 1%: every action is tried), 1 on the value head and on the
+    LSTM's two weight matrices (CleanRL's `ppo_atari_lstm`)."""
+    gen = torch.Generator().manual_seed(seed)
+    heads = {model.policy: 0.01, model.value: 1.0}
+    with torch.no_grad():
+        for mod in model.modules():
+            if isinstance(mod, (nn.Conv2d, nn.Linear)):
+                if scheme == 'orthogonal':
+                    nn.init.orthogonal_(mod.weight, heads.get(mod, math.sqrt(2.0)), generator=gen)
+                    mod.bias.zero_()
+                else:
+                    bound = 1.0 / math.sqrt(mod.weight[0].numel())
+                    mod.weight.uniform_(-bound, bound, generator=gen)
+                    mod.bias.uniform_(-bound, bound, generator=gen)
+            elif isinstance(mod, _LSTM):
+                if scheme == 'orthogonal':
+                    nn.init.orthogonal_(mod.w_ih, 1.0, generator=gen)
+                    nn.init.orthogonal_(mod.w_hh, 1.0, generator=gen)
+                    mod.bias.zero_()
+                else:
+                    mod.init_(gen)
+
+
 def lstm_unroll(x: torch.Tensor, state: tuple[torch.Tensor, torch.Tensor], notdone: torch.Tensor | None,
                 w_ih: torch.Tensor, w_hh: torch.Tensor, bias: torch.Tensor):
     """Runs the LSTM over T steps of B sequences, time-major: x [T * B, F], state (h, c) [B, H] (float32).
@@ -384,16 +414,7 @@ class NetworkVP:
         else:
             raise ConfigError(f"state shape {self.state_shape}: the network takes images (H, W, C) or vectors (D,)")
         self.kind = model.kind
-        # The original's initialisation, seeded from SEED without touching torch's global generator
-        gen = torch.Generator().manual_seed(int(cfg.SEED))
-        with torch.no_grad():
-            for mod in model.modules():
-                if isinstance(mod, (nn.Conv2d, nn.Linear)):
-                    bound = 1.0 / math.sqrt(mod.weight[0].numel())
-                    mod.weight.uniform_(-bound, bound, generator=gen)
-                    mod.bias.uniform_(-bound, bound, generator=gen)
-                elif isinstance(mod, _LSTM):
-                    mod.init_(gen)
+        _initialise(model, cfg.WEIGHT_INIT, int(cfg.SEED))
         model.to(self.device)
         if isinstance(model, _CNN):
             model.conv2.to(memory_format=torch.channels_last)

@@ -400,6 +400,7 @@ def validate(cfg: Config, *, sources: Mapping[str, str] | None = None) -> None:
     positive('VALUE_LOSS_COEF')
     one_of('LOSS_REDUCTION', ('sum', 'mean'))
     one_of('OPTIMIZER', ('rmsprop_tf', 'adam'))
+    one_of('WEIGHT_INIT', ('original', 'orthogonal'))
     positive('ADAM_EPSILON')
     fraction('PPO_CLIP', closed=False)
     at_least('PPO_EPOCHS', 1)

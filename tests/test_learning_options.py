@@ -19,7 +19,8 @@ from conftest import (
 )
 
 OPTIONS = ["GAE_LAMBDA=0.95", "NORMALIZE_ADVANTAGES=True", "VALUE_LOSS_COEF=0.5", "LOSS_REDUCTION=mean",
-           "OPTIMIZER=adam", "LEARNING_RATE_START=0.001", "LEARNING_RATE_END=0.001", "PPO_CLIP=0.2", "PPO_EPOCHS=3"]
+           "OPTIMIZER=adam", "LEARNING_RATE_START=0.001", "LEARNING_RATE_END=0.001", "PPO_CLIP=0.2", "PPO_EPOCHS=3",
+           "WEIGHT_INIT=orthogonal"]
 
 
 @pytest.mark.parametrize("network", ["feedforward", "lstm"])

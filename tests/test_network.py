@@ -534,6 +534,39 @@ def test_seeded_initialisation():
     assert float(a.model.fc1.weight.detach().abs().max()) <= bound
 
 
+def _gram(w):
+    """W W^T or W^T W, whichever is the smaller: gain^2 times the identity for an orthogonal W times gain."""
+    w = w.detach().double().reshape(w.shape[0], -1).numpy()
+    return w @ w.T if w.shape[0] <= w.shape[1] else w.T @ w
+
+
+@pytest.mark.parametrize('maker, network', [(mlp, 'feedforward'), (small_cnn, 'feedforward'), (mlp, 'lstm')])
+def test_orthogonal_initialisation(maker, network):
+    net = maker(WEIGHT_INIT='orthogonal', NETWORK_TYPE=network, LSTM_SIZE=8, SEED=3)
+    m = net.model
+    gains = {'policy.weight': 0.01, 'value.weight': 1.0, 'lstm.w_ih': 1.0, 'lstm.w_hh': 1.0}
+    weights = [(n, p) for n, p in m.named_parameters() if p.dim() > 1 or n.startswith('lstm.w')]
+    assert len(weights) == (3 if maker is mlp else 4) + (2 if network == 'lstm' else 0) + 1
+    for name, p in weights:
+        g = gains.get(name, np.sqrt(2))
+        gram = _gram(p)
+        np.testing.assert_allclose(gram, g * g * np.eye(gram.shape[0]), atol=1e-5 * g * g, err_msg=name)
+    for name, p in m.named_parameters():
+        if p.dim() == 1:
+            assert not p.detach().any(), name
+    # The policy head's gain 0.01: the first policy is uniform to within 1% on any state
+    x = mlp_batch()[0] if maker is mlp else cnn_batch(8)[0]
+    p = net.predict(x)[0]  # the LSTM's from a zero state
+    np.testing.assert_allclose(p.numpy(), 1.0 / p.shape[1], rtol=0.01)
+    # Seeded: the same seed gives the same weights, another seed others; the default is still the original's
+    again, other = maker(WEIGHT_INIT='orthogonal', SEED=3), maker(WEIGHT_INIT='orthogonal', SEED=4)
+    assert torch.equal(again.model.policy.weight, maker(WEIGHT_INIT='orthogonal', SEED=3).model.policy.weight)
+    assert not torch.equal(again.model.policy.weight, other.model.policy.weight)
+    original = maker(SEED=3).model.policy.weight
+    assert Config.WEIGHT_INIT == 'original' and bool(original.detach().any())
+    assert not np.allclose(_gram(original), _gram(original)[0, 0] * np.eye(_gram(original).shape[0]), atol=1e-3)
+
+
 def test_bf16_runs_and_is_close_to_fp32():
     n32, n16 = small_cnn(), small_cnn(PRECISION='bf16')
     x, a, r = cnn_batch(8)

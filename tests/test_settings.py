@@ -284,6 +284,7 @@ def test_range_error_names_toml_source(tmp_path):
     ('GAE_LAMBDA=1.1', 'GAE_LAMBDA'), ('GAE_LAMBDA=-0.1', 'GAE_LAMBDA'), ('VALUE_LOSS_COEF=0', 'VALUE_LOSS_COEF'),
     ('LOSS_REDUCTION=avg', 'LOSS_REDUCTION'), ('OPTIMIZER=sgd', 'OPTIMIZER'), ('ADAM_EPSILON=0', 'ADAM_EPSILON'),
     ('PPO_CLIP=-0.1', 'PPO_CLIP'), ('PPO_CLIP=1', 'PPO_CLIP'), ('PPO_EPOCHS=0', 'PPO_EPOCHS'),
+    ('WEIGHT_INIT=xavier', 'WEIGHT_INIT'),
 ])
 def test_ranges(arg, key):
     msg = error_of([arg])
@@ -303,15 +304,18 @@ def test_learning_options_that_do_not_combine():
     assert parse_settings(['PPO_EPOCHS=4', 'PPO_CLIP=0.2', 'POLICY_LAG_CORRECTION=vtrace']).PPO_EPOCHS == 4
     assert parse_settings(['PRECISION=auto']).PRECISION == 'auto'
     cfg = parse_settings(['GAE_LAMBDA=0.95', 'NORMALIZE_ADVANTAGES=true', 'VALUE_LOSS_COEF=0.5',
-                          'LOSS_REDUCTION=mean', 'OPTIMIZER=adam', 'ADAM_EPSILON=1e-8', 'NETWORK_TYPE=lstm'])
+                          'LOSS_REDUCTION=mean', 'OPTIMIZER=adam', 'ADAM_EPSILON=1e-8', 'NETWORK_TYPE=lstm',
+                          'WEIGHT_INIT=orthogonal'])
     validate(cfg)
-    assert (cfg.GAE_LAMBDA, cfg.NORMALIZE_ADVANTAGES, cfg.OPTIMIZER) == (0.95, True, 'adam')
+    assert (cfg.GAE_LAMBDA, cfg.NORMALIZE_ADVANTAGES, cfg.OPTIMIZER, cfg.WEIGHT_INIT) == (0.95, True, 'adam',
+                                                                                           'orthogonal')
 
 
 def test_learning_options_are_off_by_default():
-    """The original's algorithm: n-step advantages, summed losses, the value loss at weight 1, TF's RMSProp."""
+    """The original's algorithm: n-step advantages, summed losses, the value loss at weight 1, TF's RMSProp, and
+    its initialisation."""
     assert (Config.GAE_LAMBDA, Config.NORMALIZE_ADVANTAGES, Config.VALUE_LOSS_COEF, Config.LOSS_REDUCTION,
-            Config.OPTIMIZER) == (1.0, False, 1.0, 'sum', 'rmsprop_tf')
+            Config.OPTIMIZER, Config.WEIGHT_INIT) == (1.0, False, 1.0, 'sum', 'rmsprop_tf', 'original')
 
 
 @pytest.mark.parametrize('arg', ['DEVICE=cpu', 'DEVICE=cpu:0', 'DEVICE=gpu', 'DEVICE=gpu:1', 'DEVICE=cuda',
