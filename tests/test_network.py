@@ -564,7 +564,8 @@ def test_orthogonal_initialisation(maker, network):
     assert not torch.equal(again.model.policy.weight, other.model.policy.weight)
     original = maker(SEED=3).model.policy.weight
     assert Config.WEIGHT_INIT == 'original' and bool(original.detach().any())
-    assert not np.allclose(_gram(original), _gram(original)[0, 0] * np.eye(_gram(original).shape[0]), atol=1e-3)
+    gram = _gram(original)
+    assert not np.allclose(gram, gram[0, 0] * np.eye(gram.shape[0]), atol=1e-3)
 
 
 def test_bf16_runs_and_is_close_to_fp32():
