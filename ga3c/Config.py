@@ -118,6 +118,10 @@ class Config:
     # Total number of episodes and annealing frequency
     EPISODES = 400000
     ANNEALING_EPISODE_COUNT = 400000
+    # (new) When > 0, the learning rate and beta anneal over this many agent steps instead of over
+    # ANNEALING_EPISODE_COUNT episodes: a schedule that means the same on every game (A2C's and PPO's linear
+    # schedules count steps). 0 = the original's episode count
+    ANNEALING_STEP_COUNT = 0
     # (new) Stop after this many agent steps (0 = no limit)
     MAX_STEPS = 0
     # (new) Stop after this many seconds of training (0 = no limit)

@@ -1,11 +1,11 @@
 """Server: owns the model, the shared buffers, the agents, predictors, trainers and the stats process.
 
-The main loop anneals the learning rate and beta over ANNEALING_EPISODE_COUNT episodes, saves a checkpoint
-every SAVE_FREQUENCY episodes, replaces agent processes that died, and stops at EPISODES, MAX_STEPS or
-MAX_SECONDS, on SIGINT/SIGTERM (from the start of the constructor on), or when a predictor, trainer, the stats
-process or a checkpoint save fails. Shutdown goes in an order that loses nothing: the agents send their partial
-rollouts and exit while the predictors and trainers still serve them, then the predictors stop, the trainers
-train on what is left, the stats process records every episode the agents sent and ends, and a final
+The main loop anneals the learning rate and beta over ANNEALING_EPISODE_COUNT episodes (or ANNEALING_STEP_COUNT
+agent steps), saves a checkpoint every SAVE_FREQUENCY episodes, replaces agent processes that died, and stops at
+EPISODES, MAX_STEPS or MAX_SECONDS, on SIGINT/SIGTERM (from the start of the constructor on), or when a predictor,
+trainer, the stats process or a checkpoint save fails. Shutdown goes in an order that loses nothing: the agents
+send their partial rollouts and exit while the predictors and trainers still serve them, then the predictors stop,
+the trainers train on what is left, the stats process records every episode the agents sent and ends, and a final
 checkpoint (counting exactly the episodes in the results file) is written. Every step of it is bounded in time,
 so nothing hangs.
 
@@ -437,9 +437,13 @@ class Server:
         self.request_stop(signal.Signals(signum).name)
 
     def _anneal(self) -> None:
-        """The learning rate and beta of the current episode count (a resumed run continues the schedule)."""
+        """The learning rate and beta of the current episode count, or agent step count with
+        ANNEALING_STEP_COUNT (a resumed run continues the schedule: both counters come back)."""
         cfg = self.cfg
-        progress = min(self.episodes(), cfg.ANNEALING_EPISODE_COUNT) / cfg.ANNEALING_EPISODE_COUNT
+        if cfg.ANNEALING_STEP_COUNT:
+            progress = min(self.total_steps(), cfg.ANNEALING_STEP_COUNT) / cfg.ANNEALING_STEP_COUNT
+        else:
+            progress = min(self.episodes(), cfg.ANNEALING_EPISODE_COUNT) / cfg.ANNEALING_EPISODE_COUNT
         self.learning_rate = cfg.LEARNING_RATE_START + (cfg.LEARNING_RATE_END - cfg.LEARNING_RATE_START) * progress
         self.beta = cfg.BETA_START + (cfg.BETA_END - cfg.BETA_START) * progress
 

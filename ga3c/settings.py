@@ -382,6 +382,7 @@ def validate(cfg: Config, *, sources: Mapping[str, str] | None = None) -> None:
     one_of('EPISODE_START', ('repeat', 'noop'))
     at_least('EPISODES', 1)
     at_least('ANNEALING_EPISODE_COUNT', 1)
+    at_least('ANNEALING_STEP_COUNT', 0, '0 = anneal over ANNEALING_EPISODE_COUNT episodes')
     at_least('MAX_STEPS', 0, '0 = no limit')
     at_least('MAX_SECONDS', 0, '0 = no limit')
     at_least('TRIM_SECONDS', 0, '0 = never')

@@ -110,6 +110,28 @@ def test_learning_rate_and_beta_follow_their_annealing(tmp_path, monkeypatch, ep
         server.close()
 
 
+@pytest.mark.parametrize("steps, progress", [(0, 0.0), (300_000, 0.25), (1_200_000, 1.0), (9_000_000, 1.0)])
+def test_annealing_over_agent_steps(tmp_path, monkeypatch, steps, progress):
+    """ANNEALING_STEP_COUNT anneals over agent steps, this run's and a resumed run's, whatever the episodes."""
+    from ga3c.Server import Server
+    from ga3c.settings import parse_settings
+
+    monkeypatch.chdir(tmp_path)
+    server = Server(parse_settings([*CARTPOLE, "SAVE_MODELS=False", "ANNEALING_STEP_COUNT=1200000",
+                                    "ANNEALING_EPISODE_COUNT=10", "LEARNING_RATE_START=0.001",
+                                    "LEARNING_RATE_END=0.0002", "BETA_START=0.02", "BETA_END=0.004"]))
+    try:
+        server.shared.counters[sb.C_EPISODES] = 5  # half-way by episodes: must not count
+        server.shared.counters[sb.C_STEPS_BASE] = steps // 3  # steps of the run this one resumed
+        server.shared.agent_steps[:] = 0
+        server.shared.agent_steps[0] = steps - steps // 3
+        server._anneal()
+        assert server.learning_rate == pytest.approx(0.001 - 0.0008 * progress, rel=1e-9)
+        assert server.beta == pytest.approx(0.02 - 0.016 * progress, rel=1e-9)
+    finally:
+        server.close()
+
+
 @pytest.mark.parametrize("period", [60, 0])
 def test_the_main_loop_gives_freed_heap_pages_back_every_trim_period(tmp_path, monkeypatch, period):
     """keep_freed_memory's heaps keep every freed page (a 2-hour soak's main process held 545 MB of free chunks):

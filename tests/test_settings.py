@@ -259,7 +259,8 @@ def test_range_error_names_toml_source(tmp_path):
     ('ENVS_PER_AGENT=0', 'ENVS_PER_AGENT'), ('TIME_MAX=0', 'TIME_MAX'), ('REWARD_MIN=2', 'REWARD_MIN'),
     ('PREDICTION_BATCH_SIZE=0', 'PREDICTION_BATCH_SIZE'), ('STACKED_FRAMES=0', 'STACKED_FRAMES'),
     ('IMAGE_HEIGHT=35', 'IMAGE_HEIGHT'), ('EPISODES=0', 'EPISODES'),
-    ('ANNEALING_EPISODE_COUNT=0', 'ANNEALING_EPISODE_COUNT'), ('LEARNING_RATE_START=0', 'LEARNING_RATE_START'),
+    ('ANNEALING_EPISODE_COUNT=0', 'ANNEALING_EPISODE_COUNT'), ('ANNEALING_STEP_COUNT=-1', 'ANNEALING_STEP_COUNT'),
+    ('LEARNING_RATE_START=0', 'LEARNING_RATE_START'),
     ('LEARNING_RATE_END=-1e-4', 'LEARNING_RATE_END'), ('RMSPROP_DECAY=1', 'RMSPROP_DECAY'),
     ('RMSPROP_MOMENTUM=-0.1', 'RMSPROP_MOMENTUM'), ('RMSPROP_EPSILON=0', 'RMSPROP_EPSILON'),
     ('GRAD_CLIP_NORM=0', 'GRAD_CLIP_NORM'), ('LOG_EPSILON=-1', 'LOG_EPSILON'),
@@ -316,6 +317,7 @@ def test_learning_options_are_off_by_default():
     its initialisation."""
     assert (Config.GAE_LAMBDA, Config.NORMALIZE_ADVANTAGES, Config.VALUE_LOSS_COEF, Config.LOSS_REDUCTION,
             Config.OPTIMIZER, Config.WEIGHT_INIT) == (1.0, False, 1.0, 'sum', 'rmsprop_tf', 'original')
+    assert Config.ANNEALING_STEP_COUNT == 0  # the original's schedule counts episodes
 
 
 @pytest.mark.parametrize('arg', ['DEVICE=cpu', 'DEVICE=cpu:0', 'DEVICE=gpu', 'DEVICE=gpu:1', 'DEVICE=cuda',
