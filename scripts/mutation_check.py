@@ -32,6 +32,7 @@ PLAY = ["tests/test_play.py", "-k", "argmax"]
 QUARANTINE = ["tests/test_server.py", "-k", "quarantine"]
 CRASH_LOOP = ["tests/test_server.py", "-k", "crash_loop"]
 ANNEALING = ["tests/test_server.py", "-k", "annealing"]
+STEP_SCHEDULE = ["tests/test_server.py", "-k", "step_schedule"]  # a real run on ANNEALING_STEP_COUNT
 TENSORBOARD = ["tests/test_server.py", "-k", "train_scalars"]
 # the recurrent path: the predictor's and the trainer's outputs, the stored start states (no learning run)
 LSTM = ["tests/test_lstm.py", "-k", "not learns and not resumes"]
@@ -145,6 +146,9 @@ FAULTS = [
     Fault("server: the step schedule counting only this run's steps (a resumed run restarts it)",
           [("ga3c/Server.py", "progress = min(self.total_steps(), cfg.ANNEALING_STEP_COUNT)",
             "progress = min(int(self.shared.agent_steps.sum()), cfg.ANNEALING_STEP_COUNT)")], ANNEALING),
+    Fault("trainer: the starting learning rate trained with, not the annealed one",
+          [(TRAINER, "returns[:used], srv.learning_rate, srv.beta,",
+            "returns[:used], srv.cfg.LEARNING_RATE_START, srv.beta,")], STEP_SCHEDULE),
     Fault("server: beta missing from the train/* scalars",
           [("ga3c/Server.py", '"train/beta": self.beta,', "")], TENSORBOARD),
     Fault("trainer: PPO's log mu not kept in step with the batch when stale transitions are dropped",

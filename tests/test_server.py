@@ -10,7 +10,17 @@ import signal
 import time
 
 import pytest
-from conftest import CARTPOLE, leftover_processes, result_lines, run_ga3c, summary, tagged_env, tail, wait_until
+from conftest import (
+    CARTPOLE,
+    latest_checkpoint,
+    leftover_processes,
+    result_lines,
+    run_ga3c,
+    summary,
+    tagged_env,
+    tail,
+    wait_until,
+)
 from test_reliability import in_process_server, run_with_driver
 
 from ga3c import Server as server_module
@@ -130,6 +140,34 @@ def test_annealing_over_agent_steps(tmp_path, monkeypatch, steps, progress):
         assert server.beta == pytest.approx(0.02 - 0.016 * progress, rel=1e-9)
     finally:
         server.close()
+
+
+def test_a_run_trains_on_the_step_schedule(tmp_path, tag):
+    """A real run with ANNEALING_STEP_COUNT: the rate and beta logged with each update follow the line over
+    agent steps (with at most a few ticks of delay), and the optimizer ends on LEARNING_RATE_END (its value in
+    the final checkpoint), so the trainers take the schedule, not a value read once at the start."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    count, slack = 20000, 5000  # slack: agent steps the logged value may trail the schedule by
+    rc, _, err = run_ga3c([*CARTPOLE, "AGENTS=2", "TENSORBOARD=True", "TENSORBOARD_UPDATE_FREQUENCY=5",
+                           f"ANNEALING_STEP_COUNT={count}", "MAX_STEPS=30000", "LEARNING_RATE_START=0.001",
+                           "LEARNING_RATE_END=0.0001", "BETA_START=0.02", "BETA_END=0.002"], tmp_path,
+                          timeout=240, env=tagged_env(tag))
+    assert rc == 0, tail(err)
+    acc = EventAccumulator(str(tmp_path / "logs"))
+    acc.Reload()
+
+    def line(start, end, step):
+        return start + (end - start) * min(max(step, 0), count) / count
+
+    for name, start, end in (("learning_rate", 0.001, 0.0001), ("beta", 0.02, 0.002)):
+        points = acc.Scalars(f"train/{name}")
+        assert len(points) >= 10 and points[-1].step >= count + slack, (name, len(points), points[-1].step)
+        for p in points:
+            assert line(start, end, p.step) - 1e-9 <= p.value <= line(start, end, p.step - slack) + 1e-9, (name, p)
+        assert points[-1].value == pytest.approx(end)
+    ckpt = latest_checkpoint(tmp_path / "checkpoints")
+    assert [g["lr"] for g in ckpt["network"]["optimizers"][0]["param_groups"]] == pytest.approx([0.0001])
 
 
 @pytest.mark.parametrize("period", [60, 0])
