@@ -31,6 +31,7 @@ from collections import deque
 from datetime import datetime
 
 from ga3c import SharedBuffers as sb
+from ga3c.settings import settings_table
 
 EXIT_RESULTS_FAILED = 3  # the stats process's exit status when the results file cannot be written
 
@@ -155,8 +156,10 @@ class ProcessStats:
         self._tensorboard(make)
 
     def _adopt_writer(self) -> None:
-        """Once the writer is open (or failed to open), writes the scalars that waited for it."""
+        """Once the writer is open (or failed to open), writes the settings and the scalars that waited for it."""
         self.opening = None
+        if self.writer is not None:  # the run's settings, at the step it starts from (a resumed run may change them)
+            self._tensorboard(lambda: self.writer.add_text("settings", settings_table(self.cfg), self.base_steps))
         pending, self.pending = self.pending, []
         for key, value, step in pending:
             self._scalar(key, value, step)

@@ -43,7 +43,7 @@ from ga3c.GameManager import resolve_game_id
 from ga3c.NetworkVP import NetworkVP, network_kind, release_freed_memory, resolve_device, torch_threads
 from ga3c.ProcessAgent import run_agent
 from ga3c.ProcessStats import EXIT_RESULTS_FAILED, run_stats
-from ga3c.settings import config_to_dict
+from ga3c.settings import changed_settings, config_to_dict
 from ga3c.ThreadDynamicAdjustment import ThreadDynamicAdjustment
 from ga3c.ThreadPredictor import ThreadPredictor
 from ga3c.ThreadTrainer import ThreadTrainer
@@ -146,6 +146,8 @@ class Server:
         if cfg.TENSORBOARD:
             check_writable(cfg.LOG_DIR, "LOG_DIR")
         check_writable(os.path.dirname(os.path.abspath(cfg.RESULTS_FILENAME)), "RESULTS_FILENAME's folder")
+        log.info("settings other than Config.py's: %s",
+                 " ".join(f"{k}={v}" for k, v in changed_settings(cfg).items()) or "none")
         state_shape, state_dtype, num_actions, is_atari = probe_environment(cfg)
         self.meta = make_meta(self.game_id, state_shape, num_actions, network_kind(cfg, state_shape))
         self.frames_per_step = cfg.FRAMESKIP if is_atari else 1

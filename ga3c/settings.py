@@ -31,8 +31,8 @@ else:  # pragma: no cover - exercised on Python 3.10 only
 from ga3c.Config import Config
 from ga3c.errors import ConfigError
 
-__all__ = ['parse_settings', 'validate', 'config_to_dict', 'config_from_dict', 'setting_names', 'help_text',
-           'auto_preset', 'model_on_cpu']
+__all__ = ['parse_settings', 'validate', 'config_to_dict', 'config_from_dict', 'changed_settings',
+           'settings_table', 'setting_names', 'help_text', 'auto_preset', 'model_on_cpu']
 
 log = logging.getLogger(__name__)
 
@@ -457,6 +457,21 @@ def validate(cfg: Config, *, sources: Mapping[str, str] | None = None) -> None:
 def config_to_dict(cfg: Config) -> dict[str, object]:
     """Every setting with its effective value, in file order: what checkpoints and logs record."""
     return {name: getattr(cfg, name) for name in setting_names()}
+
+
+def changed_settings(cfg: Config) -> dict[str, object]:
+    """The settings whose effective value is not Config.py's, in file order: what a preset and the command line
+    changed, which is what a run's log must say for the run to be repeated."""
+    return {name: value for name, value in config_to_dict(cfg).items() if value != getattr(Config, name)}
+
+
+def settings_table(cfg: Config) -> str:
+    """Every setting as a Markdown table (TensorBoard's text tab shows it), with Config.py's value beside each
+    changed one."""
+    changed = changed_settings(cfg)
+    rows = [f"| {name} | {value!r} | {repr(getattr(Config, name)) if name in changed else ''} |"
+            for name, value in config_to_dict(cfg).items()]
+    return "\n".join(["| setting | value | Config.py's, where different |", "|---|---|---|", *rows])
 
 
 def config_from_dict(d: Mapping[str, Any]) -> Config:

@@ -1,11 +1,12 @@
 """The server's own rules, with real processes on the CPU: a crash loop of agents stops the run with one clear line;
 a dead agent's id and reply pipe stay unused for DEAD_ID_SECONDS; the learning rate and beta follow their
-annealing; the `train/*` scalars reach the TensorBoard event file."""
+annealing; the `train/*` scalars and the run's settings reach the TensorBoard event file."""
 
 from __future__ import annotations
 
 import logging
 import os
+import re
 import signal
 import time
 
@@ -25,6 +26,7 @@ from test_reliability import in_process_server, run_with_driver
 
 from ga3c import Server as server_module
 from ga3c import SharedBuffers as sb
+from ga3c.settings import setting_names
 
 CRASHING_ENV = '''
 import gymnasium
@@ -220,6 +222,14 @@ def test_train_scalars_reach_tensorboard(tmp_path, tag, ppo):
     s = summary(err)
     acc = EventAccumulator(str(tmp_path / "logs"))
     acc.Reload()
+    # the run's settings: the changed ones in the log, all of them in TensorBoard's text tab at the first step
+    logged = set(re.search(r"settings other than Config.py's: (.*)$", err, re.MULTILINE).group(1).split())
+    assert {"ATARI_GAME=CartPole-v1", "AGENTS=2", "EPISODES=40", "LEARNING_RATE_START=0.0005"} <= logged, logged
+    assert ("PPO_CLIP=0.2" in logged) == ppo and not any(w.startswith("DISCOUNT=") for w in logged)
+    (text,) = acc.Tensors("settings/text_summary")
+    table = text.tensor_proto.string_val[0].decode()
+    assert text.step == 0 and "| EPISODES | 40 | 400000 |" in table and "| DISCOUNT | 0.99 |  |" in table
+    assert ("| PPO_CLIP | 0.2 | 0.0 |" in table) == ppo and table.count("\n") == len(setting_names()) + 1
     tags = set(acc.Tags()["scalars"])
     ppo_tags = ("clip_fraction", "approx_kl")
     missing = [t for t in TRAIN_TAGS + (ppo_tags if ppo else ()) if f"train/{t}" not in tags]

@@ -11,11 +11,13 @@ import pytest
 from ga3c.Config import Config
 from ga3c.errors import ConfigError
 from ga3c.settings import (
+    changed_settings,
     config_from_dict,
     config_to_dict,
     help_text,
     parse_settings,
     setting_names,
+    settings_table,
     validate,
 )
 
@@ -398,6 +400,23 @@ def test_config_dict_round_trip():
     assert d['AGENTS'] == 7 and d['DISCOUNT'] == 0.95 and d['TENSORBOARD'] is True and d['TRAINERS'] == 2
     back = config_from_dict(d)
     assert isinstance(back, Config) and config_to_dict(back) == d
+
+
+def test_changed_settings_and_the_settings_table(tmp_path):
+    """What a run logs (the settings not Config.py's, from a file and the command line) and shows in TensorBoard
+    (every setting, Config.py's value beside the changed ones)."""
+    assert changed_settings(Config()) == {}
+    path = write(tmp_path, 'p.toml', 'TIME_MAX = 10\nDISCOUNT = 0.5\n')
+    cfg = parse_settings(['--config', path, 'AGENTS=3', 'DISCOUNT=0.99', 'NETWORK_NAME=pong'])
+    changed = changed_settings(cfg)
+    assert changed == {'AGENTS': 3, 'TIME_MAX': 10, 'NETWORK_NAME': 'pong'}  # DISCOUNT is back at Config.py's
+    assert list(changed) == [n for n in setting_names() if n in changed]
+    lines = settings_table(cfg).splitlines()
+    assert lines[:2] == ["| setting | value | Config.py's, where different |", '|---|---|---|']
+    rows = {cells[1].strip(): [c.strip() for c in cells[2:4]] for cells in (line.split('|') for line in lines[2:])}
+    assert list(rows) == setting_names()
+    assert rows['AGENTS'] == ['3', repr(Config.AGENTS)] and rows['TIME_MAX'] == ['10', repr(Config.TIME_MAX)]
+    assert rows['NETWORK_NAME'] == ["'pong'", repr(Config.NETWORK_NAME)] and rows['DISCOUNT'] == ['0.99', '']
 
 
 def test_config_from_dict_ignores_unknown_and_checks_types():
