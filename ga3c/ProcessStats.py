@@ -159,7 +159,8 @@ class ProcessStats:
         """Once the writer is open (or failed to open), writes the settings and the scalars that waited for it."""
         self.opening = None
         if self.writer is not None:  # the run's settings, at the step it starts from (a resumed run may change them)
-            self._tensorboard(lambda: self.writer.add_text("settings", settings_table(self.cfg), self.base_steps))
+            start = int(self.shared.counters[sb.C_STEPS_BASE])  # not base_steps: the agents may have stepped already
+            self._tensorboard(lambda: self.writer.add_text("settings", settings_table(self.cfg), start))
         pending, self.pending = self.pending, []
         for key, value, step in pending:
             self._scalar(key, value, step)
