@@ -188,10 +188,11 @@ def plot(times, scores, lengths, out: str, window: int, frameskip: int, title: s
     _save(fig, out)
 
 
-def plot_runs(runs: list[tuple[str, list, list, list]], out: str, window: int, frameskip: int, title: str,
+def plot_runs(runs: list[tuple[str, list, list, list]], out: str, window: int, frameskip: int, title: str | None,
               target: float | None) -> list[tuple[str, int, float, float]]:
     """One figure of several runs' rolling means (`runs`: (label, times, scores, lengths) each), against agent
-    frames and against minutes; returns (label, episodes, frames, best rolling mean) per run."""
+    frames and against minutes, titled `title` as given (None: "results: N runs"); returns (label, episodes,
+    frames, best rolling mean) per run."""
     plt = _pyplot()
     import numpy as np
     from matplotlib.ticker import FuncFormatter
@@ -215,7 +216,7 @@ def plot_runs(runs: list[tuple[str, list, list, list]], out: str, window: int, f
     top.xaxis.set_major_formatter(FuncFormatter(_frames_text))
     bottom.set_xlabel("wall-clock minutes since the run's first episode")
     top.legend(loc="lower right", fontsize="small")
-    fig.suptitle(f"{title}: {len(runs)} runs", fontsize="medium")
+    fig.suptitle(title or f"results: {len(runs)} runs", fontsize="medium")
     _save(fig, out)
     return summary
 
@@ -262,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{PROG}: skipped {skipped} line(s) of '{path}' that do not parse", file=sys.stderr)
             runs.append((args.labels[i] if args.labels else os.path.basename(path), times, scores, lengths))
         if several:
-            summary = plot_runs(runs, out, args.window, args.frameskip, args.title or "results", args.target)
+            summary = plot_runs(runs, out, args.window, args.frameskip, args.title, args.target)
         else:
             _, times, scores, lengths = runs[0]
             plot(times, scores, lengths, out, args.window, args.frameskip,

@@ -113,6 +113,24 @@ def test_plot_several_runs_prints_each_runs_figures(tmp_path):
     assert_png(out)
 
 
+@pytest.mark.parametrize("title, expected", [("Pong, 3 seeds", "Pong, 3 seeds"), (None, "results: 2 runs")])
+def test_plot_several_runs_title_is_the_one_given(tmp_path, monkeypatch, title, expected):
+    """A given --title is the figure's title as written (it was once suffixed with ": N runs"); without one the
+    figure says how many runs it holds."""
+    sys.path.insert(0, str(SCRIPT.parent))
+    try:
+        import plot_results
+    finally:
+        sys.path.remove(str(SCRIPT.parent))
+    saved = []
+    monkeypatch.setattr(plot_results, "_save", lambda fig, out: saved.append(fig._suptitle.get_text()))
+    for name in ("a.txt", "b.txt"):
+        (tmp_path / name).write_text(results_text(12))
+    args = [str(tmp_path / "a.txt"), str(tmp_path / "b.txt"), "-o", str(tmp_path / "x.png")]
+    assert plot_results.main(args + (["--title", title] if title else [])) == 0
+    assert saved == [expected]
+
+
 @pytest.mark.parametrize("extra, message", [
     ((), "make one figure: name it with -o"),
     (("-o", "x.png", "--labels", "only-one"), "gives 1 label(s) for 2 results files"),
